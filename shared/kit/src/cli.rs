@@ -1,0 +1,150 @@
+//! What every server binary does between `main` and serving: flags, config, logging, auth, binding,
+//! mounting the services, config reload, and graceful shutdown. `antler-<service>` binaries and
+//! `antler up` / `antler serve` all go through [`run`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::Authenticator;
+use crate::client::Clients;
+use crate::config::{Config, ConfigError, reload};
+use crate::server::{self, ServeError, ServiceSet};
+
+/// Flags shared by every server binary.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ServeArgs {
+    /// Path to antler.yaml. Without it the built-in defaults apply (loopback, no auth, ./antler-data).
+    #[arg(long, env = "ANTLER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, overriding server.listen (port 0 picks a free port).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Data directory, overriding server.data_dir.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    /// Loads the config file and applies the flag overrides.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        let mut config = Config::load(self.config.as_deref())?;
+        if let Some(listen) = self.listen {
+            config.server.listen = listen;
+        }
+        if let Some(dir) = &self.data_dir {
+            config.server.data_dir = dir.clone();
+        }
+        Ok(config)
+    }
+}
+
+/// What a service gets when it is mounted.
+#[derive(Debug, Clone)]
+pub struct ServiceContext {
+    /// The configuration at start-up.
+    pub config: Arc<Config>,
+    /// Always the newest valid configuration (see [`crate::config::reload`]).
+    pub config_updates: watch::Receiver<Arc<Config>>,
+    /// Channels to the other services.
+    pub clients: Clients,
+    /// Cancelled when shutdown starts; long-running work and streams should wind down.
+    pub shutdown: CancellationToken,
+    /// The address this process actually listens on.
+    pub local_addr: SocketAddr,
+}
+
+/// A boxed error from a service's own set-up.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How a service crate plugs into a server binary.
+#[derive(Clone, Copy)]
+pub struct Registration {
+    /// The config section and short name (`runs`, `sandbox`, …).
+    pub name: &'static str,
+    /// Checks the service's config section; used at start-up, by `antler config check` and before a
+    /// reloaded file is accepted.
+    pub validate: fn(&Config) -> Result<(), ConfigError>,
+    /// Mounts the service's gRPC servers.
+    pub register: fn(&mut ServiceSet, &ServiceContext) -> Result<(), BoxError>,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// Failures before or while serving.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir { path: PathBuf, source: std::io::Error },
+    #[error("the {service} service failed to start: {message}")]
+    Service { service: &'static str, message: String },
+}
+
+/// Validates the whole configuration, including each service's own section.
+pub fn validate(config: &Config, services: &[Registration]) -> Result<(), ConfigError> {
+    crate::Authenticator::new(&config.server.auth)?;
+    services.iter().try_for_each(|s| (s.validate)(config))
+}
+
+/// Runs a server with `services` until SIGTERM/SIGINT. `program` names the binary in the ready line,
+/// which is printed on stdout as `<program> listening on <addr>` once the port accepts connections.
+pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> Result<(), RunError> {
+    let config = args.load()?;
+    crate::telemetry::init(&config.server.log);
+    validate(&config, services)?;
+    std::fs::create_dir_all(&config.server.data_dir).map_err(|source| RunError::DataDir { path: config.server.data_dir.clone(), source })?;
+
+    let auth = Authenticator::new(&config.server.auth)?;
+    let listener = server::bind(&config.server, &auth).await?;
+    let local_addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: config.server.listen, source })?;
+    let clients = Clients::from_config(&config.clients, local_addr)?;
+    let shutdown = crate::shutdown::on_signal();
+
+    let config = Arc::new(config);
+    let owned: Vec<Registration> = services.to_vec();
+    let validator: reload::Validator = Arc::new(move |c: &Config| validate(c, &owned).map_err(|e| e.to_string()));
+    let updates = reload::spawn(config.clone(), Duration::from_millis(config.server.reload_interval_ms), validator, shutdown.clone());
+    tokio::spawn(apply_reloads(updates.clone(), auth.clone(), shutdown.clone()));
+
+    let ctx = ServiceContext { config: config.clone(), config_updates: updates, clients, shutdown: shutdown.clone(), local_addr };
+    let mut set = ServiceSet::new(&config.server);
+    for service in services {
+        (service.register)(&mut set, &ctx).map_err(|e| RunError::Service { service: service.name, message: e.to_string() })?;
+    }
+
+    println!("{program} listening on {local_addr}");
+    server::serve(listener, set, &config.server, auth, shutdown).await?;
+    Ok(())
+}
+
+/// Applies what can change without a restart (API keys and JWT settings) and says what cannot.
+async fn apply_reloads(mut updates: watch::Receiver<Arc<Config>>, auth: Authenticator, shutdown: CancellationToken) {
+    let mut previous = updates.borrow_and_update().clone();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            changed = updates.changed() => if changed.is_err() { return },
+        }
+        let current = updates.borrow_and_update().clone();
+        if let Err(error) = auth.reload(&current.server.auth) {
+            tracing::warn!(%error, "new auth settings not applied");
+        }
+        let (old, new) = (&previous.server, &current.server);
+        if old.listen != new.listen || old.data_dir != new.data_dir || old.max_message_bytes != new.max_message_bytes || old.concurrency_limit != new.concurrency_limit {
+            tracing::warn!("server.listen, data_dir, max_message_bytes and concurrency_limit take effect after a restart");
+        }
+        previous = current;
+    }
+}

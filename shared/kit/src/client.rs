@@ -1,0 +1,208 @@
+//! Calling the other Antler services: channels from the `clients` config section, the caller's identity
+//! and trace context on every outbound request, and retries on UNAVAILABLE.
+//!
+//! Services talk to each other only through these gRPC clients, also inside one `antler up` process, so
+//! the embedded default and a Kubernetes install take the same code paths.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::auth::{ACT_AS_HEADER, Identity, Principal};
+use crate::config::{ClientConfig, ClientsConfig, ConfigError};
+use crate::status::{is_retryable, retry_after};
+use crate::trace_context::{TRACEPARENT, TraceContext};
+
+/// Who a call is made for, and in which trace: taken from the incoming request a handler is serving.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    pub identity: Identity,
+    pub trace: TraceContext,
+}
+
+impl CallContext {
+    /// The context of an incoming request (identity from the auth layer, trace from the trace layer).
+    pub fn from_request<T>(request: &tonic::Request<T>) -> Result<Self, tonic::Status> {
+        let identity = Identity::of(request)?.clone();
+        let trace = request.extensions().get::<TraceContext>().copied().unwrap_or_else(TraceContext::new_root);
+        Ok(Self { identity, trace })
+    }
+
+    /// A context for work a service does on its own for `user_id` (for example a background worker).
+    /// Outbound calls present the client's `service_token` and name the user in `x-antler-user`.
+    pub fn background(user_id: impl Into<String>) -> Self {
+        let user_id = user_id.into();
+        Self {
+            identity: Identity { user_id, principal: Principal::Service { service: String::new() }, credential: None },
+            trace: TraceContext::new_root(),
+        }
+    }
+}
+
+/// One configured outbound service.
+#[derive(Debug, Clone)]
+pub struct ServiceClient {
+    channel: Channel,
+    config: ClientConfig,
+}
+
+impl ServiceClient {
+    /// The channel, for building a generated client: `RunServiceClient::new(client.channel())`.
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
+    /// Wraps `message` in a request carrying the caller's credentials, trace context and deadline.
+    pub fn request<T>(&self, ctx: &CallContext, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(Duration::from_millis(self.config.timeout_ms));
+        let metadata = request.metadata_mut();
+        if let Ok(value) = MetadataValue::try_from(ctx.trace.to_traceparent()) {
+            metadata.insert(TRACEPARENT, value);
+        }
+        let (token, act_as) = match (&ctx.identity.principal, &ctx.identity.credential) {
+            (Principal::User, Some(token)) => (Some(token.to_string()), None),
+            (Principal::Service { .. }, Some(token)) => (Some(token.to_string()), Some(&ctx.identity.user_id)),
+            // Local mode, or a background context: present our own service token, if configured.
+            _ => ((!self.config.service_token.is_empty()).then(|| self.config.service_token.clone()), Some(&ctx.identity.user_id)),
+        };
+        if let Some(value) = token.and_then(|t| MetadataValue::try_from(format!("Bearer {t}")).ok()) {
+            metadata.insert("authorization", value);
+            if let Some(value) = act_as.and_then(|u| MetadataValue::try_from(u.as_str()).ok()) {
+                metadata.insert(ACT_AS_HEADER, value);
+            }
+        }
+        request
+    }
+
+    /// Runs `call` and retries it on UNAVAILABLE with exponential backoff and full jitter (honouring a
+    /// `retry-after` the callee sent), up to the configured number of retries.
+    pub async fn with_retry<T, F, Fut>(&self, mut call: F) -> Result<T, tonic::Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, tonic::Status>>,
+    {
+        let mut attempt = 0u32;
+        loop {
+            match call().await {
+                Err(status) if is_retryable(&status) && attempt < self.config.retries => {
+                    let delay = backoff(&self.config, attempt, retry_after(&status));
+                    tracing::debug!(attempt, delay_ms = delay.as_millis() as u64, error = %status.message(), "retrying after UNAVAILABLE");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+fn backoff(config: &ClientConfig, attempt: u32, retry_after_secs: Option<u64>) -> Duration {
+    let ceiling = config.backoff_base_ms.saturating_mul(1u64 << attempt.min(20)).min(config.backoff_max_ms);
+    let jittered = fastrand::u64(0..=ceiling.max(1));
+    let floor = retry_after_secs.map_or(0, |s| s.saturating_mul(1000)).min(config.backoff_max_ms.max(1000));
+    Duration::from_millis(jittered.max(floor))
+}
+
+/// Channels to every other service, connected lazily (a service that is down does not stop start-up;
+/// calls to it fail with UNAVAILABLE until it is up).
+#[derive(Debug, Clone)]
+pub struct Clients {
+    clients: HashMap<&'static str, ServiceClient>,
+}
+
+impl Clients {
+    /// Builds the channels. An empty endpoint means `own_addr` (every service in one process).
+    pub fn from_config(config: &ClientsConfig, own_addr: SocketAddr) -> Result<Self, ConfigError> {
+        let own = loopback_form(own_addr);
+        let mut clients = HashMap::new();
+        for (name, client) in config.iter() {
+            let url = if client.endpoint.is_empty() { format!("http://{own}") } else { client.endpoint.clone() };
+            let endpoint = Endpoint::from_shared(url.clone())
+                .map_err(|e| ConfigError::Invalid { path: format!("clients.{name}.endpoint"), message: format!("`{url}`: {e}") })?
+                .connect_timeout(Duration::from_millis(client.connect_timeout_ms))
+                .tcp_nodelay(true);
+            clients.insert(name, ServiceClient { channel: endpoint.connect_lazy(), config: client.clone() });
+        }
+        Ok(Self { clients })
+    }
+
+    /// The client of one service: `runs`, `sandbox`, `mcp`, `models` or `memory`.
+    pub fn get(&self, service: &str) -> Option<&ServiceClient> {
+        self.clients.get(service)
+    }
+}
+
+/// A wildcard listen address is not a destination: call our own port on loopback instead.
+fn loopback_form(addr: SocketAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() {
+        let ip = if addr.is_ipv4() { std::net::IpAddr::from([127, 0, 0, 1]) } else { std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST) };
+        SocketAddr::new(ip, addr.port())
+    } else {
+        addr
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_respects_retry_after() {
+        let config = ClientConfig { backoff_base_ms: 100, backoff_max_ms: 1_000, ..ClientConfig::default() };
+        for attempt in 0..10 {
+            let d = backoff(&config, attempt, None);
+            assert!(d <= Duration::from_millis(1_000), "attempt {attempt}: {d:?}");
+            assert!(d <= Duration::from_millis(100 << attempt), "attempt {attempt}: {d:?}");
+        }
+        assert!(backoff(&config, 0, Some(1)) >= Duration::from_millis(1_000));
+    }
+
+    #[tokio::test]
+    async fn retries_stop_after_the_configured_count_and_only_on_unavailable() {
+        let config = ClientsConfig { models: ClientConfig { retries: 2, backoff_base_ms: 1, backoff_max_ms: 2, ..ClientConfig::default() }, ..ClientsConfig::default() };
+        let clients = Clients::from_config(&config, SocketAddr::from(([127, 0, 0, 1], 1)));
+        let Some(client) = clients.as_ref().ok().and_then(|c| c.get("models")) else {
+            panic!("models client missing");
+        };
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let result: Result<(), _> = client
+            .with_retry(|| {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Err(tonic::Status::unavailable("down")) }
+            })
+            .await;
+        assert!(result.is_err());
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3, "one call plus two retries");
+
+        calls.store(0, std::sync::atomic::Ordering::SeqCst);
+        let _: Result<(), _> = client
+            .with_retry(|| {
+                calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Err(tonic::Status::invalid_argument("bad")) }
+            })
+            .await;
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1, "no retry on INVALID_ARGUMENT");
+    }
+
+    #[tokio::test]
+    async fn outbound_requests_forward_user_tokens_and_trace() {
+        let clients = Clients::from_config(&ClientsConfig::default(), SocketAddr::from(([0, 0, 0, 0], 50051)));
+        let Some(client) = clients.as_ref().ok().and_then(|c| c.get("sandbox")) else {
+            panic!("sandbox client missing");
+        };
+        let ctx = CallContext {
+            identity: Identity { user_id: "alice".into(), principal: Principal::User, credential: Some("alice-key".into()) },
+            trace: TraceContext::new_root(),
+        };
+        let request = client.request(&ctx, ());
+        assert_eq!(request.metadata().get("authorization").and_then(|v| v.to_str().ok()), Some("Bearer alice-key"));
+        assert!(request.metadata().get(ACT_AS_HEADER).is_none(), "a user token speaks for itself");
+        let sent = request.metadata().get(TRACEPARENT).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        assert!(sent.contains(&ctx.trace.trace_id_hex()), "{sent}");
+    }
+}

@@ -1,0 +1,371 @@
+//! `antler.yaml`: one file, a section per service plus `server` and `clients`.
+//!
+//! Loading is strict on purpose: an unknown key is an error naming the key and its YAML path (a typo
+//! must not silently fall back to a default), a missing environment variable is an error naming the
+//! path that referenced it, and every number is checked against its documented range.
+
+mod env;
+pub mod reload;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use sha2::Digest;
+use serde::{Deserialize, Serialize};
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::auth::AuthConfig;
+
+/// The top-level sections `antler.yaml` may contain.
+pub const SECTIONS: &[&str] = &["server", "clients", "runs", "sandbox", "mcp", "models", "memory"];
+
+/// Everything that can be wrong with a configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}\nhint: pass an existing file with --config, or omit it to use the defaults")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{origin} is not valid YAML: {message}")]
+    Parse { origin: String, message: String },
+    #[error("environment variable `{var}` referenced at `{path}` is not set\nhint: export it, or write `${{{var}:-default}}` to give a default")]
+    MissingEnv { var: String, path: String },
+    #[error("bad variable reference at `{path}`: {problem}")]
+    BadReference { path: String, problem: String },
+    #[error("unknown top-level section `{section}`\nhint: the sections are {}", SECTIONS.join(", "))]
+    UnknownSection { section: String },
+    #[error("invalid config at `{path}`: {message}")]
+    Invalid { path: String, message: String },
+    #[error("`{path}` = {value} is out of range: {limit}")]
+    OutOfRange { path: String, value: String, limit: String },
+}
+
+/// The `server` section: how this process listens and protects itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on. Port 0 picks a free port (printed at start-up).
+    pub listen: SocketAddr,
+    /// Where services keep their files (SQLite database, workspaces).
+    pub data_dir: PathBuf,
+    /// Allow a non-loopback listen address without authentication. Off by default.
+    pub allow_insecure: bool,
+    /// Largest gRPC message accepted or sent, in bytes.
+    pub max_message_bytes: usize,
+    /// Requests handled at once by this process; further requests get RESOURCE_EXHAUSTED.
+    pub concurrency_limit: usize,
+    /// Upper bound on a unary request's handling time in seconds (0 = only the client's deadline).
+    pub request_timeout_secs: u64,
+    /// How long a SIGTERM waits for open requests and streams before the process exits anyway.
+    pub shutdown_grace_secs: u64,
+    /// How often the config file is checked for changes, in milliseconds (0 = never).
+    pub reload_interval_ms: u64,
+    /// Authentication of callers.
+    pub auth: AuthConfig,
+    /// Log output.
+    pub log: LogConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            data_dir: PathBuf::from("antler-data"),
+            allow_insecure: false,
+            max_message_bytes: 16 * 1024 * 1024,
+            concurrency_limit: 1024,
+            request_timeout_secs: 0,
+            shutdown_grace_secs: 30,
+            reload_interval_ms: 2000,
+            auth: AuthConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+/// Log format and filter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` (human) or `json` (one object per line).
+    pub format: LogFormat,
+    /// A `tracing` filter such as `info` or `info,antler_runs=debug`; `RUST_LOG` overrides it.
+    pub filter: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: LogFormat::Text, filter: "info".to_owned() }
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The `clients` section: how this process reaches the other services.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientsConfig {
+    pub runs: ClientConfig,
+    pub sandbox: ClientConfig,
+    pub mcp: ClientConfig,
+    pub models: ClientConfig,
+    pub memory: ClientConfig,
+}
+
+/// One outbound channel.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientConfig {
+    /// `http://host:port` (or `https://`). Empty: this process's own listen address, which is right for
+    /// `antler up` where every service shares one server.
+    pub endpoint: String,
+    /// Time to establish a connection, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Deadline of each unary call, in milliseconds.
+    pub timeout_ms: u64,
+    /// Further attempts after an UNAVAILABLE answer (0 = none).
+    pub retries: u32,
+    /// First backoff between attempts, in milliseconds; doubles each time, with jitter.
+    pub backoff_base_ms: u64,
+    /// Largest backoff between attempts, in milliseconds.
+    pub backoff_max_ms: u64,
+    /// Bearer token this service presents when it acts on its own (no caller credential to forward),
+    /// for example a background worker. It must map to a service principal on the callee.
+    pub service_token: String,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            endpoint: String::new(),
+            connect_timeout_ms: 2_000,
+            timeout_ms: 30_000,
+            retries: 3,
+            backoff_base_ms: 100,
+            backoff_max_ms: 2_000,
+            service_token: String::new(),
+        }
+    }
+}
+
+/// A loaded, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it came from (None: built-in defaults).
+    pub path: Option<PathBuf>,
+    pub server: ServerConfig,
+    pub clients: ClientsConfig,
+    /// Service sections after variable substitution, parsed by each service with [`Config::section`].
+    sections: Mapping,
+    /// SHA-256 of the file's bytes as loaded, so a reload can tell a real change from a touch.
+    pub(crate) source_sha256: Option<[u8; 32]>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { path: None, server: ServerConfig::default(), clients: ClientsConfig::default(), sections: Mapping::new(), source_sha256: None }
+    }
+}
+
+impl Config {
+    /// Loads `path`, or the defaults when `path` is None. Variables come from the process environment.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let Some(path) = path else { return Ok(Self::default()) };
+        let bytes = std::fs::read(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = String::from_utf8(bytes).map_err(|_| ConfigError::Parse { origin: path.display().to_string(), message: "the file is not UTF-8".to_owned() })?;
+        let mut config = Self::parse(&text, &path.display().to_string(), &|name| std::env::var(name).ok())?;
+        config.path = Some(path.to_owned());
+        config.source_sha256 = Some(sha2::Sha256::digest(text.as_bytes()).into());
+        Ok(config)
+    }
+
+    /// Parses YAML text. `origin` names the text in errors; `lookup` resolves `$VAR` references.
+    pub fn parse(text: &str, origin: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut root: Value = serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse { origin: origin.to_owned(), message: e.to_string() })?;
+        if root.is_null() {
+            root = Value::Mapping(Mapping::new());
+        }
+        env::substitute(&mut root, "", lookup)?;
+        let Value::Mapping(mut root) = root else {
+            return Err(ConfigError::Invalid { path: "(root)".to_owned(), message: "the file must be a mapping of sections".to_owned() });
+        };
+        for key in root.keys() {
+            let name = env::key_name(key);
+            if !SECTIONS.contains(&name.as_str()) {
+                return Err(ConfigError::UnknownSection { section: name });
+            }
+        }
+        let server: ServerConfig = take_section(&mut root, "server")?;
+        let clients: ClientsConfig = take_section(&mut root, "clients")?;
+        let config = Self { path: None, server, clients, sections: root, source_sha256: None };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses a service's own section (absent → its defaults), with unknown keys and bad values
+    /// reported by YAML path.
+    pub fn section<T: DeserializeOwned + Default>(&self, name: &str) -> Result<T, ConfigError> {
+        match self.sections.get(name) {
+            None | Some(Value::Null) => Ok(T::default()),
+            Some(value) => from_value(value.clone(), name),
+        }
+    }
+
+    /// The resolved configuration as YAML, secrets masked: what `antler config check` prints.
+    pub fn to_masked_yaml(&self) -> String {
+        let mut root = Mapping::new();
+        if let Ok(server) = serde_yaml_ng::to_value(&self.server) {
+            root.insert("server".into(), server);
+        }
+        if let Ok(clients) = serde_yaml_ng::to_value(&self.clients) {
+            root.insert("clients".into(), clients);
+        }
+        for (key, value) in &self.sections {
+            root.insert(key.clone(), value.clone());
+        }
+        let mut root = Value::Mapping(root);
+        mask_secrets(&mut root);
+        serde_yaml_ng::to_string(&root).unwrap_or_default()
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let s = &self.server;
+        check_range("server.max_message_bytes", s.max_message_bytes as u64, 1024, 1 << 30)?;
+        check_range("server.concurrency_limit", s.concurrency_limit as u64, 1, 1_000_000)?;
+        check_range("server.request_timeout_secs", s.request_timeout_secs, 0, 86_400)?;
+        check_range("server.shutdown_grace_secs", s.shutdown_grace_secs, 0, 3_600)?;
+        check_range("server.reload_interval_ms", s.reload_interval_ms, 0, 3_600_000)?;
+        s.auth.validate("server.auth")?;
+        for (name, client) in self.clients.iter() {
+            let path = format!("clients.{name}");
+            if !client.endpoint.is_empty() && !(client.endpoint.starts_with("http://") || client.endpoint.starts_with("https://")) {
+                return Err(ConfigError::Invalid {
+                    path: format!("{path}.endpoint"),
+                    message: format!("`{}` must start with http:// or https://", client.endpoint),
+                });
+            }
+            check_range(&format!("{path}.connect_timeout_ms"), client.connect_timeout_ms, 1, 600_000)?;
+            check_range(&format!("{path}.timeout_ms"), client.timeout_ms, 1, 86_400_000)?;
+            check_range(&format!("{path}.retries"), u64::from(client.retries), 0, 20)?;
+            check_range(&format!("{path}.backoff_max_ms"), client.backoff_max_ms, client.backoff_base_ms, 600_000)?;
+        }
+        Ok(())
+    }
+}
+
+impl ClientsConfig {
+    /// Every client with its service name.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &ClientConfig)> {
+        [("runs", &self.runs), ("sandbox", &self.sandbox), ("mcp", &self.mcp), ("models", &self.models), ("memory", &self.memory)].into_iter()
+    }
+}
+
+/// Checks `min <= value <= max`, naming the path and the limit otherwise.
+pub fn check_range(path: &str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::OutOfRange { path: path.to_owned(), value: value.to_string(), limit: format!("must be between {min} and {max}") })
+    }
+}
+
+fn take_section<T: DeserializeOwned + Default>(root: &mut Mapping, name: &str) -> Result<T, ConfigError> {
+    match root.remove(name) {
+        None | Some(Value::Null) => Ok(T::default()),
+        Some(value) => from_value(value, name),
+    }
+}
+
+fn from_value<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let inner = err.path().to_string();
+        let path = if inner == "." || inner.is_empty() { prefix.to_owned() } else { format!("{prefix}.{inner}") };
+        ConfigError::Invalid { path, message: err.into_inner().to_string() }
+    })
+}
+
+/// Keys whose values are credentials and are never printed.
+fn is_secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["key", "secret", "token", "password", "pem"].iter().any(|word| key.contains(word))
+}
+
+fn mask_secrets(value: &mut Value) {
+    match value {
+        Value::Mapping(map) => {
+            for (key, item) in map.iter_mut() {
+                if is_secret_key(&env::key_name(key)) && matches!(item, Value::String(s) if !s.is_empty()) {
+                    *item = Value::String("****".to_owned());
+                } else {
+                    mask_secrets(item);
+                }
+            }
+        }
+        Value::Sequence(items) => items.iter_mut().for_each(mask_secrets),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, "antler.yaml", &|name| (name == "ALICE").then(|| "alice-secret-key".to_owned()))
+    }
+
+    #[test]
+    fn an_empty_file_gives_the_defaults() -> Result<(), ConfigError> {
+        let config = parse("")?;
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:50051");
+        assert_eq!(config.server.shutdown_grace_secs, 30);
+        Ok(())
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_with_its_path() {
+        let text = parse("server:\n  auth:\n    local_usr: bob\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("server.auth"), "{text}");
+        assert!(text.contains("local_usr"), "{text}");
+    }
+
+    #[test]
+    fn an_unknown_section_is_refused() {
+        let err = parse("serverr: {}\n").err();
+        assert!(matches!(err, Some(ConfigError::UnknownSection { ref section }) if section == "serverr"), "{err:?}");
+    }
+
+    #[test]
+    fn values_out_of_range_name_the_limit() {
+        let text = parse("server:\n  max_message_bytes: 10\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("server.max_message_bytes"), "{text}");
+        assert!(text.contains("between 1024 and"), "{text}");
+    }
+
+    #[test]
+    fn service_sections_are_parsed_by_their_owner_with_paths() {
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        struct Runs {
+            #[allow(dead_code)]
+            workers: u32,
+        }
+        let config = parse("runs:\n  workerz: 3\n");
+        let text = config.and_then(|c| c.section::<Runs>("runs")).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("runs") && text.contains("workerz"), "{text}");
+    }
+
+    #[test]
+    fn masked_output_hides_secrets_but_keeps_users() -> Result<(), ConfigError> {
+        let config = parse("server:\n  auth:\n    api_keys:\n      - key: $ALICE\n        user: alice\n")?;
+        let yaml = config.to_masked_yaml();
+        assert!(!yaml.contains("alice-secret-key"), "{yaml}");
+        assert!(yaml.contains("****") && yaml.contains("alice"), "{yaml}");
+        Ok(())
+    }
+}

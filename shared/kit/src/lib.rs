@@ -1,0 +1,20 @@
+//! What every Antler service shares: server bootstrap ([`server`]), authentication ([`auth`]), trace
+//! context ([`trace_context`]), the concurrency limit ([`limit`]), shutdown ([`shutdown`]), configuration
+//! ([`config`]), outbound clients ([`client`]), status helpers ([`status`]), logging ([`telemetry`]) and
+//! the command line every service binary accepts ([`cli`]).
+
+pub mod auth;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod limit;
+pub mod server;
+pub mod shutdown;
+pub mod status;
+pub mod telemetry;
+pub mod trace_context;
+
+pub use auth::{Authenticator, Identity};
+pub use client::{CallContext, Clients};
+pub use config::Config;
+pub use server::ServiceSet;

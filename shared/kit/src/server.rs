@@ -1,0 +1,182 @@
+//! Server bootstrap shared by every binary: health, reflection, tracing, authentication, limits and
+//! graceful shutdown around whatever services a binary mounts.
+//!
+//! Layer order, outermost first: trace (so refusals are logged inside the request's span), auth,
+//! concurrency limit, then the routes. Health answers NOT_SERVING until the listener accepts and again
+//! from the moment shutdown starts; draining then waits up to `server.shutdown_grace_secs` for open
+//! requests and streams before the process exits.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::server::NamedService;
+use tonic::service::RoutesBuilder;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+use tower::ServiceBuilder;
+
+use crate::auth::{AuthLayer, Authenticator};
+use crate::config::ServerConfig;
+use crate::limit::ConcurrencyLayer;
+use crate::trace_context::TraceLayer;
+
+/// Failures of start-up or serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "refusing to listen on {addr} without authentication\nhint: enable server.auth (api_keys or jwt), listen on a loopback address, or set server.allow_insecure: true if a proxy in front authenticates"
+    )]
+    InsecureBind { addr: SocketAddr },
+    #[error("cannot listen on {addr}: {source}\nhint: is another process using the port? pass --listen 127.0.0.1:0 for a free one")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("reflection setup failed: {0}")]
+    Reflection(String),
+    #[error("server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Refuses a configuration that would expose unauthenticated services beyond this machine.
+pub fn check_bind(config: &ServerConfig, auth: &Authenticator) -> Result<(), ServeError> {
+    if !auth.enabled() && !config.listen.ip().is_loopback() && !config.allow_insecure {
+        return Err(ServeError::InsecureBind { addr: config.listen });
+    }
+    Ok(())
+}
+
+/// Binds the listen address (after [`check_bind`]).
+pub async fn bind(config: &ServerConfig, auth: &Authenticator) -> Result<TcpListener, ServeError> {
+    check_bind(config, auth)?;
+    TcpListener::bind(config.listen).await.map_err(|source| ServeError::Bind { addr: config.listen, source })
+}
+
+/// The services one server mounts, with the names health reports and the descriptors reflection serves.
+pub struct ServiceSet {
+    routes: RoutesBuilder,
+    names: Vec<&'static str>,
+    descriptors: Vec<&'static [u8]>,
+    max_message_bytes: usize,
+}
+
+impl std::fmt::Debug for ServiceSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceSet").field("names", &self.names).finish_non_exhaustive()
+    }
+}
+
+impl ServiceSet {
+    pub fn new(config: &ServerConfig) -> Self {
+        Self { routes: RoutesBuilder::default(), names: Vec::new(), descriptors: Vec::new(), max_message_bytes: config.max_message_bytes }
+    }
+
+    /// The message size limit to apply to each generated server (see [`crate::add_service!`]).
+    pub fn max_message_bytes(&self) -> usize {
+        self.max_message_bytes
+    }
+
+    /// Mounts a generated tonic server. Prefer [`crate::add_service!`], which also sets message limits.
+    pub fn add<S>(&mut self, service: S) -> &mut Self
+    where
+        S: tower_service::Service<http::Request<tonic::body::Body>, Response = http::Response<tonic::body::Body>, Error = Infallible>
+            + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        if !self.names.contains(&S::NAME) {
+            self.names.push(S::NAME);
+            self.routes.add_service(service);
+        }
+        self
+    }
+
+    /// Registers an encoded `FileDescriptorSet` for reflection (each distinct set once).
+    pub fn describe(&mut self, descriptor_set: &'static [u8]) -> &mut Self {
+        if !self.descriptors.iter().any(|d| std::ptr::eq(*d, descriptor_set)) {
+            self.descriptors.push(descriptor_set);
+        }
+        self
+    }
+
+    /// The fully qualified names of the mounted services.
+    pub fn names(&self) -> &[&'static str] {
+        &self.names
+    }
+}
+
+/// Mounts a generated server with the set's message size limits applied.
+#[macro_export]
+macro_rules! add_service {
+    ($set:expr, $server:expr) => {{
+        let limit = $set.max_message_bytes();
+        $set.add($server.max_decoding_message_size(limit).max_encoding_message_size(limit))
+    }};
+}
+
+/// Serves `services` on `listener` until `shutdown` is cancelled, then drains.
+pub async fn serve(listener: TcpListener, services: ServiceSet, config: &ServerConfig, auth: Authenticator, shutdown: CancellationToken) -> Result<(), ServeError> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    set_all(&reporter, &services.names, ServingStatus::NotServing).await;
+
+    let reflection = || {
+        let mut builder = tonic_reflection::server::Builder::configure().register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+        for set in &services.descriptors {
+            builder = builder.register_encoded_file_descriptor_set(set);
+        }
+        builder
+    };
+    let reflection_error = |e: tonic_reflection::server::Error| ServeError::Reflection(e.to_string());
+    // grpcurl (the PyPI build) speaks only v1alpha; current clients speak v1: serve both.
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
+
+    let ServiceSet { mut routes, names, .. } = services;
+    routes.add_service(health).add_service(reflection_v1).add_service(reflection_v1alpha);
+
+    let mut builder = tonic::transport::Server::builder();
+    if config.request_timeout_secs > 0 {
+        builder = builder.timeout(Duration::from_secs(config.request_timeout_secs));
+    }
+    let layers = ServiceBuilder::new().layer(TraceLayer).layer(AuthLayer::new(auth)).layer(ConcurrencyLayer::new(config.concurrency_limit));
+    let router = builder.layer(layers).add_routes(routes.routes());
+
+    let addr = listener.local_addr().ok();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let draining = {
+        let shutdown = shutdown.clone();
+        let reporter = reporter.clone();
+        let names = names.clone();
+        async move {
+            shutdown.cancelled().await;
+            set_all(&reporter, &names, ServingStatus::NotServing).await;
+            tracing::info!("draining: health is NOT_SERVING, no new connections are accepted");
+        }
+    };
+    let server = router.serve_with_incoming_shutdown(incoming, draining);
+    tokio::pin!(server);
+
+    // The listener is bound and accepting from here on.
+    set_all(&reporter, &names, ServingStatus::Serving).await;
+    tracing::info!(addr = ?addr, services = ?names, "serving");
+
+    let grace = Duration::from_secs(config.shutdown_grace_secs);
+    tokio::select! {
+        result = &mut server => result?,
+        () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_secs = config.shutdown_grace_secs, "drain deadline passed; closing the remaining requests and streams");
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn set_all(reporter: &HealthReporter, names: &[&'static str], status: ServingStatus) {
+    reporter.set_service_status("", status).await;
+    for name in names {
+        reporter.set_service_status(*name, status).await;
+    }
+}

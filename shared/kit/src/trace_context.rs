@@ -1,0 +1,185 @@
+//! W3C trace context (`traceparent`) in gRPC metadata, and one tracing span per request.
+//!
+//! Each request gets a span carrying the trace id it arrived with (or a new one) and a fresh span id;
+//! the [`TraceContext`] in the request extensions lets outbound calls continue the same trace
+//! (see [`crate::client`]). Exporting spans (OTLP) is a subscriber concern and stays out of here.
+
+use std::fmt;
+use std::task::{Context, Poll};
+
+use http::Request;
+use tracing::Instrument;
+use tracing::instrument::Instrumented;
+
+/// Metadata key of the W3C trace context.
+pub const TRACEPARENT: &str = "traceparent";
+
+/// The trace position of one request as seen by this server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceContext {
+    pub trace_id: u128,
+    /// This server's span for the request; downstream calls name it as their parent.
+    pub span_id: u64,
+    /// The caller's span, when the request carried a `traceparent`.
+    pub parent_span_id: Option<u64>,
+    pub sampled: bool,
+}
+
+impl TraceContext {
+    /// A new root context (no caller trace).
+    pub fn new_root() -> Self {
+        Self { trace_id: nonzero_u128(), span_id: nonzero_u64(), parent_span_id: None, sampled: true }
+    }
+
+    /// Continues the trace of an incoming `traceparent` value, or starts a new one if it is absent or
+    /// invalid (an invalid header must not fail the request).
+    pub fn from_traceparent(header: Option<&str>) -> Self {
+        match header.and_then(parse_traceparent) {
+            Some((trace_id, parent, flags)) => {
+                Self { trace_id, span_id: nonzero_u64(), parent_span_id: Some(parent), sampled: flags & 1 == 1 }
+            }
+            None => Self::new_root(),
+        }
+    }
+
+    /// The `traceparent` value for a call made from within this request.
+    pub fn to_traceparent(&self) -> String {
+        format!("00-{:032x}-{:016x}-{:02x}", self.trace_id, self.span_id, u8::from(self.sampled))
+    }
+
+    pub fn trace_id_hex(&self) -> String {
+        format!("{:032x}", self.trace_id)
+    }
+}
+
+impl fmt::Display for TraceContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_traceparent())
+    }
+}
+
+fn nonzero_u128() -> u128 {
+    fastrand::u128(1..)
+}
+
+fn nonzero_u64() -> u64 {
+    fastrand::u64(1..)
+}
+
+/// Parses `00-<32 hex>-<16 hex>-<2 hex>`; all-zero ids are invalid per the spec.
+fn parse_traceparent(value: &str) -> Option<(u128, u64, u8)> {
+    let mut parts = value.trim().split('-');
+    let version = parts.next()?;
+    let trace = parts.next()?;
+    let parent = parts.next()?;
+    let flags = parts.next()?;
+    if version.len() != 2 || version == "ff" || trace.len() != 32 || parent.len() != 16 || flags.len() != 2 {
+        return None;
+    }
+    // Version 00 has exactly four fields; later versions may append more.
+    if version == "00" && parts.next().is_some() {
+        return None;
+    }
+    let is_lower_hex = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if ![version, trace, parent, flags].iter().all(|s| is_lower_hex(s)) {
+        return None;
+    }
+    let trace_id = u128::from_str_radix(trace, 16).ok().filter(|v| *v != 0)?;
+    let parent_id = u64::from_str_radix(parent, 16).ok().filter(|v| *v != 0)?;
+    Some((trace_id, parent_id, u8::from_str_radix(flags, 16).ok()?))
+}
+
+/// Tower layer: a span per request, and the [`TraceContext`] in the request extensions.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TraceLayer;
+
+impl<S> tower_layer::Layer<S> for TraceLayer {
+    type Service = TraceService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        TraceService { inner }
+    }
+}
+
+/// See [`TraceLayer`].
+#[derive(Clone, Debug)]
+pub struct TraceService<S> {
+    inner: S,
+}
+
+impl<S, B> tower_service::Service<Request<B>> for TraceService<S>
+where
+    S: tower_service::Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Instrumented<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        let header = request.headers().get(TRACEPARENT).and_then(|v| v.to_str().ok());
+        let context = TraceContext::from_traceparent(header);
+        let (service, method) = split_path(request.uri().path());
+        let span = tracing::info_span!(
+            "rpc",
+            rpc.service = service,
+            rpc.method = method,
+            trace_id = %format_args!("{:032x}", context.trace_id),
+            span_id = %format_args!("{:016x}", context.span_id),
+            parent_span_id = context.parent_span_id.map(|p| tracing::field::display(format!("{p:016x}"))),
+        );
+        request.extensions_mut().insert(context);
+        let future = {
+            let _entered = span.enter();
+            self.inner.call(request)
+        };
+        future.instrument(span)
+    }
+}
+
+fn split_path(path: &str) -> (&str, &str) {
+    let path = path.trim_start_matches('/');
+    path.split_once('/').unwrap_or((path, ""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_valid_traceparent_is_continued() {
+        let ctx = TraceContext::from_traceparent(Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+        assert_eq!(ctx.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(ctx.parent_span_id, Some(0x00f0_67aa_0ba9_02b7));
+        assert!(ctx.sampled);
+        assert_ne!(ctx.span_id, 0x00f0_67aa_0ba9_02b7, "the server opens its own span");
+        let out = ctx.to_traceparent();
+        assert!(out.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"), "{out}");
+        assert!(out.ends_with("-01"));
+    }
+
+    #[test]
+    fn invalid_traceparents_start_a_new_trace() {
+        for bad in [
+            "",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "garbage",
+        ] {
+            let ctx = TraceContext::from_traceparent(Some(bad));
+            assert_eq!(ctx.parent_span_id, None, "accepted {bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_rendered_traceparent_parses_back() {
+        let ctx = TraceContext::new_root();
+        let parsed = parse_traceparent(&ctx.to_traceparent());
+        assert_eq!(parsed, Some((ctx.trace_id, ctx.span_id, 1)));
+    }
+}
