@@ -1,1 +1,19 @@
+//! The Antler memory service: long-term memory: facts about a user, extraction queue, prompt injection.
+//!
+//! [`SERVICE`] plugs it into a server binary (`antler-memory`, or `antler up` with every other service).
 
+pub mod api;
+pub mod config;
+
+use antler_kit::ServiceSet;
+use antler_kit::cli::{BoxError, Registration, ServiceContext};
+use antler_proto::memory::{memory_service_server};
+
+/// How `antler-memory` and `antler up` mount this service.
+pub const SERVICE: Registration = Registration { name: "memory", validate: config::validate, register };
+
+fn register(set: &mut ServiceSet, _ctx: &ServiceContext) -> Result<(), BoxError> {
+    set.describe(antler_proto::FILE_DESCRIPTOR_SET);
+    antler_kit::add_service!(set, memory_service_server::MemoryServiceServer::new(api::MemoryApi));
+    Ok(())
+}

@@ -125,6 +125,8 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
     }
 
     println!("{program} listening on {local_addr}");
+    println!("  services: {}", set.names().join(", "));
+    println!("  try:      grpcurl -plaintext {local_addr} list");
     server::serve(listener, set, &config.server, auth, shutdown).await?;
     Ok(())
 }

@@ -51,7 +51,7 @@ pub struct ServerConfig {
     pub allow_insecure: bool,
     /// Largest gRPC message accepted or sent, in bytes.
     pub max_message_bytes: usize,
-    /// Requests handled at once by this process; further requests get RESOURCE_EXHAUSTED.
+    /// Requests handled at once by this process; further requests get UNAVAILABLE with `retry-after`.
     pub concurrency_limit: usize,
     /// Upper bound on a unary request's handling time in seconds (0 = only the client's deadline).
     pub request_timeout_secs: u64,

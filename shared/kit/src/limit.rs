@@ -1,7 +1,8 @@
-//! A process-wide cap on requests in flight, answering RESOURCE_EXHAUSTED beyond it.
+//! A process-wide cap on requests in flight, answering UNAVAILABLE (with `retry-after`) beyond it.
 //!
-//! Shedding (rather than queueing) keeps latency bounded under overload and tells well-behaved clients
-//! to back off. The permit is held until the handler produces its response head; a server stream that
+//! Shedding (rather than queueing) keeps latency bounded under overload. UNAVAILABLE rather than
+//! RESOURCE_EXHAUSTED because the request was not processed at all and is safe to retry: it is the
+//! code gRPC retry policies and Antler's own clients retry on. The permit is held until the handler produces its response head; a server stream that
 //! then runs for an hour does not hold it (long streams are bounded by their own services).
 
 use std::future::Future;
@@ -75,10 +76,10 @@ where
             Ok(permit) => Either::Right(PermitFuture { inner: self.inner.call(request), permit }),
             Err(_) => {
                 metrics::counter!("antler_requests_shed_total").increment(1);
-                let status = tonic::Status::resource_exhausted(format!(
-                    "server is at its concurrency limit ({} requests in flight)\nhint: retry with backoff, or raise server.concurrency_limit",
-                    self.limit
-                ));
+                let status = crate::status::unavailable(
+                    format!("server is at its concurrency limit ({} requests in flight); raise server.concurrency_limit if this persists", self.limit),
+                    1,
+                );
                 Either::Left(ready(Ok(status.into_http())))
             }
         }
@@ -94,7 +95,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn requests_beyond_the_limit_are_shed_with_resource_exhausted() -> Result<(), Infallible> {
+    async fn requests_beyond_the_limit_are_shed_with_unavailable_and_retry_after() -> Result<(), Infallible> {
         let (release_tx, release_rx) = tokio::sync::watch::channel(false);
         let inner = tower::service_fn(move |_req: Request<()>| {
             let mut rx = release_rx.clone();
@@ -106,7 +107,8 @@ mod tests {
         let mut svc = tower_layer::Layer::layer(&ConcurrencyLayer::new(1), inner);
         let first = svc.ready().await?.call(Request::new(()));
         let second = svc.ready().await?.call(Request::new(())).await?;
-        assert_eq!(second.headers().get("grpc-status").map(|v| v.as_bytes()), Some(&b"8"[..]), "RESOURCE_EXHAUSTED is code 8");
+        assert_eq!(second.headers().get("grpc-status").map(|v| v.as_bytes()), Some(&b"14"[..]), "UNAVAILABLE is code 14");
+        assert_eq!(second.headers().get("retry-after").map(|v| v.as_bytes()), Some(&b"1"[..]));
         let _ = release_tx.send(true);
         let first = first.await?;
         assert!(first.headers().get("grpc-status").is_none());

@@ -5,10 +5,10 @@ use std::fmt::Display;
 
 use tonic::{Code, Status};
 
-/// An RPC whose capability has not landed yet. `capability` says what is missing, `issue` where it is
-/// tracked.
-pub fn unimplemented(rpc: &str, capability: &str, issue: u32) -> Status {
-    Status::unimplemented(format!("{rpc} is not implemented yet: {capability} lands with issue #{issue}"))
+/// An RPC whose capability has not landed yet; `capability` says what is missing and where it is
+/// tracked ("the run lifecycle lands with issue #3").
+pub fn unimplemented(rpc: &str, capability: &str) -> Status {
+    Status::unimplemented(format!("{rpc} is not implemented yet: {capability}"))
 }
 
 /// Bad input in `field`.
@@ -41,7 +41,7 @@ mod tests {
 
     #[test]
     fn unimplemented_names_the_capability_and_issue() {
-        let s = unimplemented("RunService.CreateRun", "the run lifecycle", 3);
+        let s = unimplemented("RunService.CreateRun", "the run lifecycle lands with issue #3");
         assert_eq!(s.code(), Code::Unimplemented);
         assert!(s.message().contains("RunService.CreateRun") && s.message().contains("#3"));
     }
