@@ -2,7 +2,7 @@
 //! graceful shutdown around whatever services a binary mounts.
 //!
 //! Layer order, outermost first: trace (so refusals are logged inside the request's span), auth,
-//! concurrency limit, then the routes. Health answers NOT_SERVING until the listener accepts and again
+//! concurrency limit, message-size status mapping, then the routes. Health answers NOT_SERVING until the listener accepts and again
 //! from the moment shutdown starts; draining then waits up to `server.shutdown_grace_secs` for open
 //! requests and streams before the process exits.
 
@@ -21,6 +21,7 @@ use tower::ServiceBuilder;
 use crate::auth::{AuthLayer, Authenticator};
 use crate::config::ServerConfig;
 use crate::limit::ConcurrencyLayer;
+use crate::message_size::MessageSizeLayer;
 use crate::trace_context::TraceLayer;
 
 /// Failures of start-up or serving.
@@ -127,6 +128,11 @@ pub async fn serve(listener: TcpListener, services: ServiceSet, config: &ServerC
         for set in &services.descriptors {
             builder = builder.register_encoded_file_descriptor_set(set);
         }
+        // Advertise what this server mounts, not every service the descriptor sets happen to contain.
+        builder = builder.with_service_name("grpc.health.v1.Health");
+        for name in &services.names {
+            builder = builder.with_service_name(*name);
+        }
         builder
     };
     let reflection_error = |e: tonic_reflection::server::Error| ServeError::Reflection(e.to_string());
@@ -141,7 +147,11 @@ pub async fn serve(listener: TcpListener, services: ServiceSet, config: &ServerC
     if config.request_timeout_secs > 0 {
         builder = builder.timeout(Duration::from_secs(config.request_timeout_secs));
     }
-    let layers = ServiceBuilder::new().layer(TraceLayer).layer(AuthLayer::new(auth)).layer(ConcurrencyLayer::new(config.concurrency_limit));
+    let layers = ServiceBuilder::new()
+        .layer(TraceLayer)
+        .layer(AuthLayer::new(auth))
+        .layer(ConcurrencyLayer::new(config.concurrency_limit))
+        .layer(MessageSizeLayer::new(config.max_message_bytes));
     let router = builder.layer(layers).add_routes(routes.routes());
 
     let addr = listener.local_addr().ok();
