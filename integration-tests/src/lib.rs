@@ -21,7 +21,10 @@ pub fn bin_dir() -> Result<PathBuf> {
     }
     // target/<profile>/deps/<test-binary> → target/<profile>
     let exe = std::env::current_exe()?;
-    exe.parent().and_then(Path::parent).map(Path::to_path_buf).ok_or_else(|| anyhow!("cannot locate the target directory from {}", exe.display()))
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .ok_or_else(|| anyhow!("cannot locate the target directory from {}", exe.display()))
 }
 
 /// The path of one built binary, with a hint when it is missing.

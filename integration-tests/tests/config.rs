@@ -17,7 +17,8 @@ fn start_failure(yaml: &str) -> anyhow::Result<String> {
 
 #[test]
 fn a_missing_environment_variable_names_the_variable_and_its_path() -> anyhow::Result<()> {
-    let stderr = start_failure("server:\n  auth:\n    enabled: true\n    api_keys:\n      - key: $ANTLER_TEST_UNSET_KEY\n        user: alice\n")?;
+    let stderr =
+        start_failure("server:\n  auth:\n    enabled: true\n    api_keys:\n      - key: $ANTLER_TEST_UNSET_KEY\n        user: alice\n")?;
     assert!(stderr.contains("ANTLER_TEST_UNSET_KEY"), "{stderr}");
     assert!(stderr.contains("server.auth.api_keys[0].key"), "{stderr}");
     Ok(())
@@ -46,7 +47,11 @@ fn config_check_prints_the_resolved_file_with_secrets_masked() -> anyhow::Result
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("antler.yaml");
     std::fs::write(&path, "server:\n  auth:\n    enabled: true\n    api_keys:\n      - key: ${ANTLER_TEST_KEY}\n        user: alice\n")?;
-    let output = Command::new(binary("antler")?).args(["config", "check", "--config"]).arg(&path).env("ANTLER_TEST_KEY", "super-secret-value-123").output()?;
+    let output = Command::new(binary("antler")?)
+        .args(["config", "check", "--config"])
+        .arg(&path)
+        .env("ANTLER_TEST_KEY", "super-secret-value-123")
+        .output()?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("user: alice") && stdout.contains("****"), "{stdout}");
@@ -56,5 +61,13 @@ fn config_check_prints_the_resolved_file_with_secrets_masked() -> anyhow::Result
     let output = Command::new(binary("antler")?).args(["config", "check", "--config"]).arg(&path).output()?;
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("listn"));
+    Ok(())
+}
+
+#[test]
+fn the_example_config_is_valid() -> anyhow::Result<()> {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/antler.yaml");
+    let output = Command::new(binary("antler")?).args(["config", "check", "--config"]).arg(&example).output()?;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     Ok(())
 }

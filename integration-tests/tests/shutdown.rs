@@ -18,7 +18,9 @@ async fn sigterm_drains_an_open_stream_and_exits_zero_within_the_deadline() -> a
 
     let signalled = Instant::now();
     process.signal(libc::SIGTERM)?;
-    let next = tokio::time::timeout(Duration::from_secs(5), watch.next()).await?.ok_or_else(|| anyhow::anyhow!("watch ended before NOT_SERVING"))??;
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("watch ended before NOT_SERVING"))??;
     assert_eq!(next.status(), ServingStatus::NotServing, "the open stream is told the server is draining");
 
     let status = process.wait_exit(grace + Duration::from_secs(5))?;

@@ -32,7 +32,8 @@ async fn the_callers_trace_id_appears_in_the_request_span() -> anyhow::Result<()
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
         let logs = process.stderr();
-        if logs.contains("request refused by authentication") && logs.lines().any(|l| l.contains("request refused") && l.contains(trace_id)) {
+        if logs.contains("request refused by authentication") && logs.lines().any(|l| l.contains("request refused") && l.contains(trace_id))
+        {
             return Ok(());
         }
         if std::time::Instant::now() > deadline {

@@ -66,11 +66,16 @@ impl ServiceName {
     }
 }
 
-const ALL: [Registration; 5] = [antler_runs::SERVICE, antler_sandbox::SERVICE, antler_mcp::SERVICE, antler_models::SERVICE, antler_memory::SERVICE];
+const ALL: [Registration; 5] =
+    [antler_runs::SERVICE, antler_sandbox::SERVICE, antler_mcp::SERVICE, antler_models::SERVICE, antler_memory::SERVICE];
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+async fn main() -> std::process::ExitCode {
+    antler_kit::cli::exit_code(run(Cli::parse()).await.map_err(|e| e.to_string()))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
         Command::Up { serve } => antler_kit::cli::run("antler", &serve, &ALL).await?,
         Command::Serve { service, serve } => {
             let program = format!("antler serve {}", service.registration().name);

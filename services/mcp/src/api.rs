@@ -36,5 +36,4 @@ impl mcp_service_server::McpService for McpApi {
     async fn get_pool_stats(&self, _request: Request<GetPoolStatsRequest>) -> Result<Response<GetPoolStatsResponse>, Status> {
         Err(unimplemented("McpService.GetPoolStats", MCP_SERVICE_CAPABILITY))
     }
-
 }

@@ -7,7 +7,7 @@ pub mod config;
 
 use antler_kit::ServiceSet;
 use antler_kit::cli::{BoxError, Registration, ServiceContext};
-use antler_proto::mcp::{mcp_service_server};
+use antler_proto::mcp::mcp_service_server;
 
 /// How `antler-mcp` and `antler up` mount this service.
 pub const SERVICE: Registration = Registration { name: "mcp", validate: config::validate, register };

@@ -48,5 +48,4 @@ impl memory_service_server::MemoryService for MemoryApi {
     async fn render_injection(&self, _request: Request<RenderInjectionRequest>) -> Result<Response<RenderInjectionResponse>, Status> {
         Err(unimplemented("MemoryService.RenderInjection", MEMORY_SERVICE_CAPABILITY))
     }
-
 }

@@ -9,7 +9,8 @@ use tonic::{Request, Response, Status};
 #[derive(Debug, Default, Clone)]
 pub struct ModelApi;
 
-const MODEL_SERVICE_CAPABILITY: &str = "the model gateway (config-driven OpenAI-compatible, Anthropic and replay providers) lands with issue #4";
+const MODEL_SERVICE_CAPABILITY: &str =
+    "the model gateway (config-driven OpenAI-compatible, Anthropic and replay providers) lands with issue #4";
 
 #[tonic::async_trait]
 impl model_service_server::ModelService for ModelApi {
@@ -30,5 +31,4 @@ impl model_service_server::ModelService for ModelApi {
     async fn chat_stream(&self, _request: Request<ChatStreamRequest>) -> Result<Response<Self::ChatStreamStream>, Status> {
         Err(unimplemented("ModelService.ChatStream", MODEL_SERVICE_CAPABILITY))
     }
-
 }

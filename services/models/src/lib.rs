@@ -7,7 +7,7 @@ pub mod config;
 
 use antler_kit::ServiceSet;
 use antler_kit::cli::{BoxError, Registration, ServiceContext};
-use antler_proto::models::{model_service_server};
+use antler_proto::models::model_service_server;
 
 /// How `antler-models` and `antler up` mount this service.
 pub const SERVICE: Registration = Registration { name: "models", validate: config::validate, register };

@@ -37,17 +37,20 @@ impl thread_service_server::ThreadService for ThreadApi {
         Err(unimplemented("ThreadService.GetThreadState", THREAD_SERVICE_CAPABILITY))
     }
 
-    async fn list_thread_history(&self, _request: Request<ListThreadHistoryRequest>) -> Result<Response<ListThreadHistoryResponse>, Status> {
+    async fn list_thread_history(
+        &self,
+        _request: Request<ListThreadHistoryRequest>,
+    ) -> Result<Response<ListThreadHistoryResponse>, Status> {
         Err(unimplemented("ThreadService.ListThreadHistory", THREAD_SERVICE_CAPABILITY))
     }
-
 }
 
 /// `antler.runs.v1.RunService`: every RPC answers UNIMPLEMENTED until its capability lands.
 #[derive(Debug, Default, Clone)]
 pub struct RunApi;
 
-const RUN_SERVICE_CAPABILITY: &str = "the run lifecycle (admission, workers, leases, cancellation, durable event streams) lands with issue #3";
+const RUN_SERVICE_CAPABILITY: &str =
+    "the run lifecycle (admission, workers, leases, cancellation, durable event streams) lands with issue #3";
 
 #[tonic::async_trait]
 impl run_service_server::RunService for RunApi {
@@ -94,5 +97,4 @@ impl run_service_server::RunService for RunApi {
     async fn get_token_usage(&self, _request: Request<GetTokenUsageRequest>) -> Result<Response<GetTokenUsageResponse>, Status> {
         Err(unimplemented("RunService.GetTokenUsage", RUN_SERVICE_CAPABILITY))
     }
-
 }

@@ -7,7 +7,7 @@ pub mod config;
 
 use antler_kit::ServiceSet;
 use antler_kit::cli::{BoxError, Registration, ServiceContext};
-use antler_proto::runs::{thread_service_server, run_service_server};
+use antler_proto::runs::{run_service_server, thread_service_server};
 
 /// How `antler-runs` and `antler up` mount this service.
 pub const SERVICE: Registration = Registration { name: "runs", validate: config::validate, register };

@@ -72,5 +72,4 @@ impl sandbox_service_server::SandboxService for SandboxApi {
     async fn snapshot_outputs(&self, _request: Request<SnapshotOutputsRequest>) -> Result<Response<SnapshotOutputsResponse>, Status> {
         Err(unimplemented("SandboxService.SnapshotOutputs", SANDBOX_SERVICE_CAPABILITY))
     }
-
 }

@@ -7,7 +7,7 @@ pub mod config;
 
 use antler_kit::ServiceSet;
 use antler_kit::cli::{BoxError, Registration, ServiceContext};
-use antler_proto::sandbox::{sandbox_service_server};
+use antler_proto::sandbox::sandbox_service_server;
 
 /// How `antler-sandbox` and `antler up` mount this service.
 pub const SERVICE: Registration = Registration { name: "sandbox", validate: config::validate, register };

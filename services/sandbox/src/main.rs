@@ -12,8 +12,7 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    antler_kit::cli::run("antler-sandbox", &args.serve, &[antler_sandbox::SERVICE]).await?;
-    Ok(())
+    antler_kit::cli::exit_code(antler_kit::cli::run("antler-sandbox", &args.serve, &[antler_sandbox::SERVICE]).await)
 }

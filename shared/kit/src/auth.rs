@@ -268,7 +268,10 @@ impl Authenticator {
 
     /// Authenticates one call from its metadata.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Identity, AuthError> {
-        let state = self.current();
+        Self::authenticate_with(&self.current(), headers)
+    }
+
+    fn authenticate_with(state: &State, headers: &HeaderMap) -> Result<Identity, AuthError> {
         if !state.enabled {
             return Ok(Identity::local(state.local_user.clone()));
         }
@@ -308,16 +311,19 @@ fn looks_like_jwt(token: &str) -> bool {
 
 fn verify_jwt(jwt: &JwtVerifier, token: &str) -> Result<String, AuthError> {
     use jsonwebtoken::errors::ErrorKind;
-    let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, &jwt.key, &jwt.validation).map_err(|err| match err.kind() {
-        ErrorKind::ExpiredSignature => AuthError::Expired,
-        ErrorKind::InvalidSignature => AuthError::InvalidToken("signature does not verify".to_owned()),
-        ErrorKind::ImmatureSignature => AuthError::InvalidToken("token is not valid yet (nbf)".to_owned()),
-        ErrorKind::InvalidIssuer => AuthError::InvalidToken("wrong issuer (iss)".to_owned()),
-        ErrorKind::InvalidAudience => AuthError::InvalidToken("wrong audience (aud)".to_owned()),
-        ErrorKind::InvalidAlgorithm => AuthError::InvalidToken("unexpected signature algorithm".to_owned()),
-        ErrorKind::MissingRequiredClaim(claim) => AuthError::InvalidToken(format!("missing required claim `{claim}`")),
-        _ => AuthError::InvalidToken(err.to_string()),
-    })?;
+    let data =
+        jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, &jwt.key, &jwt.validation).map_err(|err| {
+            match err.kind() {
+                ErrorKind::ExpiredSignature => AuthError::Expired,
+                ErrorKind::InvalidSignature => AuthError::InvalidToken("signature does not verify".to_owned()),
+                ErrorKind::ImmatureSignature => AuthError::InvalidToken("token is not valid yet (nbf)".to_owned()),
+                ErrorKind::InvalidIssuer => AuthError::InvalidToken("wrong issuer (iss)".to_owned()),
+                ErrorKind::InvalidAudience => AuthError::InvalidToken("wrong audience (aud)".to_owned()),
+                ErrorKind::InvalidAlgorithm => AuthError::InvalidToken("unexpected signature algorithm".to_owned()),
+                ErrorKind::MissingRequiredClaim(claim) => AuthError::InvalidToken(format!("missing required claim `{claim}`")),
+                _ => AuthError::InvalidToken(err.to_string()),
+            }
+        })?;
     match data.claims.get(&jwt.user_claim) {
         Some(serde_json::Value::String(user)) if valid_user_id(user) => Ok(user.clone()),
         Some(_) => Err(AuthError::InvalidToken(format!("claim `{}` is not a valid user id", jwt.user_claim))),
@@ -350,7 +356,8 @@ fn build_jwt(config: &JwtConfig) -> Result<JwtVerifier, ConfigError> {
             } else {
                 config.public_key_pem.as_bytes().to_vec()
             };
-            let key = DecodingKey::from_rsa_pem(&pem).map_err(|e| invalid("public_key_pem", format!("not an RSA public key in PEM: {e}")))?;
+            let key =
+                DecodingKey::from_rsa_pem(&pem).map_err(|e| invalid("public_key_pem", format!("not an RSA public key in PEM: {e}")))?;
             (key, Algorithm::RS256)
         }
     };
@@ -411,8 +418,7 @@ where
         let result = if Authenticator::is_public(&state, request.uri().path()) {
             Ok(Identity::local(state.local_user.clone()))
         } else {
-            drop(state);
-            self.auth.authenticate(request.headers())
+            Authenticator::authenticate_with(&state, request.headers())
         };
         match result {
             Ok(identity) => {

@@ -104,7 +104,8 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
     let config = args.load()?;
     crate::telemetry::init(&config.server.log);
     validate(&config, services)?;
-    std::fs::create_dir_all(&config.server.data_dir).map_err(|source| RunError::DataDir { path: config.server.data_dir.clone(), source })?;
+    std::fs::create_dir_all(&config.server.data_dir)
+        .map_err(|source| RunError::DataDir { path: config.server.data_dir.clone(), source })?;
 
     let auth = Authenticator::new(&config.server.auth)?;
     let listener = server::bind(&config.server, &auth).await?;
@@ -131,6 +132,18 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
     Ok(())
 }
 
+/// Turns the outcome of [`run`] into the process exit code, printing a failure as `error: …` with its
+/// hint (and no backtrace: these are an operator's errors, not the program's).
+pub fn exit_code<E: std::fmt::Display>(result: Result<(), E>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Applies what can change without a restart (API keys and JWT settings) and says what cannot.
 async fn apply_reloads(mut updates: watch::Receiver<Arc<Config>>, auth: Authenticator, shutdown: CancellationToken) {
     let mut previous = updates.borrow_and_update().clone();
@@ -144,7 +157,11 @@ async fn apply_reloads(mut updates: watch::Receiver<Arc<Config>>, auth: Authenti
             tracing::warn!(%error, "new auth settings not applied");
         }
         let (old, new) = (&previous.server, &current.server);
-        if old.listen != new.listen || old.data_dir != new.data_dir || old.max_message_bytes != new.max_message_bytes || old.concurrency_limit != new.concurrency_limit {
+        if old.listen != new.listen
+            || old.data_dir != new.data_dir
+            || old.max_message_bytes != new.max_message_bytes
+            || old.concurrency_limit != new.concurrency_limit
+        {
             tracing::warn!("server.listen, data_dir, max_message_bytes and concurrency_limit take effect after a restart");
         }
         previous = current;

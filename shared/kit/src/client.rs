@@ -140,7 +140,8 @@ impl Clients {
 /// A wildcard listen address is not a destination: call our own port on loopback instead.
 fn loopback_form(addr: SocketAddr) -> SocketAddr {
     if addr.ip().is_unspecified() {
-        let ip = if addr.is_ipv4() { std::net::IpAddr::from([127, 0, 0, 1]) } else { std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST) };
+        let ip =
+            if addr.is_ipv4() { std::net::IpAddr::from([127, 0, 0, 1]) } else { std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST) };
         SocketAddr::new(ip, addr.port())
     } else {
         addr
@@ -164,7 +165,10 @@ mod tests {
 
     #[tokio::test]
     async fn retries_stop_after_the_configured_count_and_only_on_unavailable() {
-        let config = ClientsConfig { models: ClientConfig { retries: 2, backoff_base_ms: 1, backoff_max_ms: 2, ..ClientConfig::default() }, ..ClientsConfig::default() };
+        let config = ClientsConfig {
+            models: ClientConfig { retries: 2, backoff_base_ms: 1, backoff_max_ms: 2, ..ClientConfig::default() },
+            ..ClientsConfig::default()
+        };
         let clients = Clients::from_config(&config, SocketAddr::from(([127, 0, 0, 1], 1)));
         let Some(client) = clients.as_ref().ok().and_then(|c| c.get("models")) else {
             panic!("models client missing");

@@ -11,9 +11,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
-use sha2::Digest;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
+use sha2::Digest;
 
 use crate::auth::AuthConfig;
 
@@ -27,7 +27,9 @@ pub enum ConfigError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{origin} is not valid YAML: {message}")]
     Parse { origin: String, message: String },
-    #[error("environment variable `{var}` referenced at `{path}` is not set\nhint: export it, or write `${{{var}:-default}}` to give a default")]
+    #[error(
+        "environment variable `{var}` referenced at `{path}` is not set\nhint: export it, or write `${{{var}:-default}}` to give a default"
+    )]
     MissingEnv { var: String, path: String },
     #[error("bad variable reference at `{path}`: {problem}")]
     BadReference { path: String, problem: String },
@@ -168,7 +170,13 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self { path: None, server: ServerConfig::default(), clients: ClientsConfig::default(), sections: Mapping::new(), source_sha256: None }
+        Self {
+            path: None,
+            server: ServerConfig::default(),
+            clients: ClientsConfig::default(),
+            sections: Mapping::new(),
+            source_sha256: None,
+        }
     }
 }
 
@@ -177,7 +185,8 @@ impl Config {
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         let Some(path) = path else { return Ok(Self::default()) };
         let bytes = std::fs::read(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        let text = String::from_utf8(bytes).map_err(|_| ConfigError::Parse { origin: path.display().to_string(), message: "the file is not UTF-8".to_owned() })?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| ConfigError::Parse { origin: path.display().to_string(), message: "the file is not UTF-8".to_owned() })?;
         let mut config = Self::parse(&text, &path.display().to_string(), &|name| std::env::var(name).ok())?;
         config.path = Some(path.to_owned());
         config.source_sha256 = Some(sha2::Sha256::digest(text.as_bytes()).into());
@@ -186,7 +195,8 @@ impl Config {
 
     /// Parses YAML text. `origin` names the text in errors; `lookup` resolves `$VAR` references.
     pub fn parse(text: &str, origin: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut root: Value = serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse { origin: origin.to_owned(), message: e.to_string() })?;
+        let mut root: Value =
+            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse { origin: origin.to_owned(), message: e.to_string() })?;
         if root.is_null() {
             root = Value::Mapping(Mapping::new());
         }
@@ -243,7 +253,8 @@ impl Config {
         s.auth.validate("server.auth")?;
         for (name, client) in self.clients.iter() {
             let path = format!("clients.{name}");
-            if !client.endpoint.is_empty() && !(client.endpoint.starts_with("http://") || client.endpoint.starts_with("https://")) {
+            let scheme_ok = ["http://", "https://"].iter().any(|scheme| client.endpoint.starts_with(scheme));
+            if !client.endpoint.is_empty() && !scheme_ok {
                 return Err(ConfigError::Invalid {
                     path: format!("{path}.endpoint"),
                     message: format!("`{}` must start with http:// or https://", client.endpoint),
@@ -261,7 +272,8 @@ impl Config {
 impl ClientsConfig {
     /// Every client with its service name.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, &ClientConfig)> {
-        [("runs", &self.runs), ("sandbox", &self.sandbox), ("mcp", &self.mcp), ("models", &self.models), ("memory", &self.memory)].into_iter()
+        [("runs", &self.runs), ("sandbox", &self.sandbox), ("mcp", &self.mcp), ("models", &self.models), ("memory", &self.memory)]
+            .into_iter()
     }
 }
 

@@ -77,7 +77,10 @@ where
             Err(_) => {
                 metrics::counter!("antler_requests_shed_total").increment(1);
                 let status = crate::status::unavailable(
-                    format!("server is at its concurrency limit ({} requests in flight); raise server.concurrency_limit if this persists", self.limit),
+                    format!(
+                        "server is at its concurrency limit ({} requests in flight); raise server.concurrency_limit if this persists",
+                        self.limit
+                    ),
                     1,
                 );
                 Either::Left(ready(Ok(status.into_http())))

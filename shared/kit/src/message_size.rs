@@ -107,7 +107,12 @@ mod tests {
     fn tonic_size_refusals_become_resource_exhausted() {
         let mut headers = http::HeaderMap::new();
         headers.insert("grpc-status", HeaderValue::from_static("11"));
-        headers.insert("grpc-message", HeaderValue::from_static("Error,%20decoded%20message%20length%20too%20large:%20found%208195%20bytes,%20the%20limit%20is:%202048%20bytes"));
+        headers.insert(
+            "grpc-message",
+            HeaderValue::from_static(
+                "Error,%20decoded%20message%20length%20too%20large:%20found%208195%20bytes,%20the%20limit%20is:%202048%20bytes",
+            ),
+        );
         rewrite(&mut headers, 2048);
         assert_eq!(headers.get("grpc-status").map(HeaderValue::as_bytes), Some(&b"8"[..]));
         let message = headers.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or_default();

@@ -119,17 +119,27 @@ macro_rules! add_service {
 }
 
 /// Serves `services` on `listener` until `shutdown` is cancelled, then drains.
-pub async fn serve(listener: TcpListener, services: ServiceSet, config: &ServerConfig, auth: Authenticator, shutdown: CancellationToken) -> Result<(), ServeError> {
+pub async fn serve(
+    listener: TcpListener,
+    services: ServiceSet,
+    config: &ServerConfig,
+    auth: Authenticator,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
     let (reporter, health) = tonic_health::server::health_reporter();
     set_all(&reporter, &services.names, ServingStatus::NotServing).await;
 
     let reflection = || {
-        let mut builder = tonic_reflection::server::Builder::configure().register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+        let mut builder =
+            tonic_reflection::server::Builder::configure().register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
         for set in &services.descriptors {
             builder = builder.register_encoded_file_descriptor_set(set);
         }
         // Advertise what this server mounts, not every service the descriptor sets happen to contain.
-        builder = builder.with_service_name("grpc.health.v1.Health");
+        builder = builder
+            .with_service_name("grpc.health.v1.Health")
+            .with_service_name("grpc.reflection.v1.ServerReflection")
+            .with_service_name("grpc.reflection.v1alpha.ServerReflection");
         for name in &services.names {
             builder = builder.with_service_name(*name);
         }

@@ -10,9 +10,8 @@ use crate::config::{LogConfig, LogFormat};
 
 /// Installs the global subscriber. `RUST_LOG` overrides `config.filter`. Calling it twice is harmless.
 pub fn init(config: &LogConfig) {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&config.filter))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(&config.filter)).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal());
     let _ = match config.format {
         LogFormat::Text => builder.try_init(),

@@ -39,7 +39,9 @@ pub mod antler {
     }
 }
 
-pub use antler::{common::v1 as common, mcp::v1 as mcp, memory::v1 as memory, models::v1 as models, runs::v1 as runs, sandbox::v1 as sandbox};
+pub use antler::{
+    common::v1 as common, mcp::v1 as mcp, memory::v1 as memory, models::v1 as models, runs::v1 as runs, sandbox::v1 as sandbox,
+};
 
 /// Encoded `FileDescriptorSet` of every Antler proto file, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("antler_descriptor");

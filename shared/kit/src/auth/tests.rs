@@ -116,14 +116,16 @@ fn rs256_tokens_are_verified_with_the_public_key() -> Result<(), ConfigError> {
         leeway_secs: 0,
     });
     let auth = Authenticator::new(&cfg)?;
-    let key = EncodingKey::from_rsa_pem(include_bytes!("testdata/rs256_private.pem")).map_err(|e| ConfigError::Invalid { path: "test".into(), message: e.to_string() })?;
+    let key = EncodingKey::from_rsa_pem(include_bytes!("testdata/rs256_private.pem"))
+        .map_err(|e| ConfigError::Invalid { path: "test".into(), message: e.to_string() })?;
     let sign = |claims: serde_json::Value| encode(&Header::new(Algorithm::RS256), &claims, &key).unwrap_or_default();
 
     let good = sign(serde_json::json!({"email": "carol@example.com", "iss": "https://idp.example", "aud": "antler", "exp": now() + 60}));
     let id = auth.authenticate(&headers(&[("authorization", &bearer(&good))]));
     assert!(matches!(id, Ok(Identity { ref user_id, .. }) if user_id == "carol@example.com"), "{id:?}");
 
-    let wrong_aud = sign(serde_json::json!({"email": "carol@example.com", "iss": "https://idp.example", "aud": "other", "exp": now() + 60}));
+    let wrong_aud =
+        sign(serde_json::json!({"email": "carol@example.com", "iss": "https://idp.example", "aud": "other", "exp": now() + 60}));
     let err = auth.authenticate(&headers(&[("authorization", &bearer(&wrong_aud))])).err();
     assert!(matches!(err, Some(AuthError::InvalidToken(ref m)) if m.contains("audience")), "{err:?}");
     Ok(())

@@ -76,10 +76,9 @@ fn expand(text: &str, path: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Re
             out.push('$');
             rest = tail;
         } else if let Some(braced) = after.strip_prefix('{') {
-            let end = braced.find('}').ok_or_else(|| ConfigError::BadReference {
-                path: path.to_owned(),
-                problem: "`${` has no closing `}`".to_owned(),
-            })?;
+            let end = braced
+                .find('}')
+                .ok_or_else(|| ConfigError::BadReference { path: path.to_owned(), problem: "`${` has no closing `}`".to_owned() })?;
             let inner = &braced[..end];
             let (name, default) = match inner.split_once(":-") {
                 Some((name, default)) => (name, Some(default)),
@@ -116,10 +115,7 @@ fn check_name(name: &str, path: &str) -> Result<(), ConfigError> {
     if valid {
         Ok(())
     } else {
-        Err(ConfigError::BadReference {
-            path: path.to_owned(),
-            problem: format!("`{name}` is not a valid environment variable name"),
-        })
+        Err(ConfigError::BadReference { path: path.to_owned(), problem: format!("`{name}` is not a valid environment variable name") })
     }
 }
 
@@ -132,7 +128,8 @@ mod tests {
     use super::*;
 
     fn run(yaml: &str, vars: &[(&str, &str)]) -> Result<Value, ConfigError> {
-        let mut value: Value = serde_yaml_ng::from_str(yaml).map_err(|e| ConfigError::Parse { origin: "test".into(), message: e.to_string() })?;
+        let mut value: Value =
+            serde_yaml_ng::from_str(yaml).map_err(|e| ConfigError::Parse { origin: "test".into(), message: e.to_string() })?;
         let lookup = |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned());
         substitute(&mut value, "", &lookup)?;
         Ok(value)

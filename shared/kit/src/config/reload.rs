@@ -43,7 +43,14 @@ pub fn spawn(initial: Arc<Config>, interval: Duration, validate: Validator, shut
     rx
 }
 
-async fn poll(path: PathBuf, mut last_hash: Option<[u8; 32]>, interval: Duration, validate: Validator, tx: watch::Sender<Arc<Config>>, shutdown: CancellationToken) {
+async fn poll(
+    path: PathBuf,
+    mut last_hash: Option<[u8; 32]>,
+    interval: Duration,
+    validate: Validator,
+    tx: watch::Sender<Arc<Config>>,
+    shutdown: CancellationToken,
+) {
     let mut last_stamp: Option<Stamp> = None;
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
