@@ -6,14 +6,16 @@ pub mod api;
 pub mod config;
 
 use antler_kit::ServiceSet;
-use antler_kit::cli::{BoxError, Registration, ServiceContext};
+use antler_kit::cli::{RegisterFuture, Registration, ServiceContext};
 use antler_proto::mcp::mcp_service_server;
 
 /// How `antler-mcp` and `antler up` mount this service.
 pub const SERVICE: Registration = Registration { name: "mcp", validate: config::validate, register };
 
-fn register(set: &mut ServiceSet, _ctx: &ServiceContext) -> Result<(), BoxError> {
-    set.describe(antler_proto::FILE_DESCRIPTOR_SET);
-    antler_kit::add_service!(set, mcp_service_server::McpServiceServer::new(api::McpApi));
-    Ok(())
+fn register<'a>(set: &'a mut ServiceSet, _ctx: &'a ServiceContext) -> RegisterFuture<'a> {
+    Box::pin(async move {
+        set.describe(antler_proto::FILE_DESCRIPTOR_SET);
+        antler_kit::add_service!(set, mcp_service_server::McpServiceServer::new(api::McpApi));
+        Ok(())
+    })
 }

@@ -6,14 +6,16 @@ pub mod api;
 pub mod config;
 
 use antler_kit::ServiceSet;
-use antler_kit::cli::{BoxError, Registration, ServiceContext};
+use antler_kit::cli::{RegisterFuture, Registration, ServiceContext};
 use antler_proto::models::model_service_server;
 
 /// How `antler-models` and `antler up` mount this service.
 pub const SERVICE: Registration = Registration { name: "models", validate: config::validate, register };
 
-fn register(set: &mut ServiceSet, _ctx: &ServiceContext) -> Result<(), BoxError> {
-    set.describe(antler_proto::FILE_DESCRIPTOR_SET);
-    antler_kit::add_service!(set, model_service_server::ModelServiceServer::new(api::ModelApi));
-    Ok(())
+fn register<'a>(set: &'a mut ServiceSet, _ctx: &'a ServiceContext) -> RegisterFuture<'a> {
+    Box::pin(async move {
+        set.describe(antler_proto::FILE_DESCRIPTOR_SET);
+        antler_kit::add_service!(set, model_service_server::ModelServiceServer::new(api::ModelApi));
+        Ok(())
+    })
 }

@@ -6,15 +6,17 @@ pub mod api;
 pub mod config;
 
 use antler_kit::ServiceSet;
-use antler_kit::cli::{BoxError, Registration, ServiceContext};
+use antler_kit::cli::{RegisterFuture, Registration, ServiceContext};
 use antler_proto::runs::{run_service_server, thread_service_server};
 
 /// How `antler-runs` and `antler up` mount this service.
 pub const SERVICE: Registration = Registration { name: "runs", validate: config::validate, register };
 
-fn register(set: &mut ServiceSet, _ctx: &ServiceContext) -> Result<(), BoxError> {
-    set.describe(antler_proto::FILE_DESCRIPTOR_SET);
-    antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(api::ThreadApi));
-    antler_kit::add_service!(set, run_service_server::RunServiceServer::new(api::RunApi));
-    Ok(())
+fn register<'a>(set: &'a mut ServiceSet, _ctx: &'a ServiceContext) -> RegisterFuture<'a> {
+    Box::pin(async move {
+        set.describe(antler_proto::FILE_DESCRIPTOR_SET);
+        antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(api::ThreadApi));
+        antler_kit::add_service!(set, run_service_server::RunServiceServer::new(api::RunApi));
+        Ok(())
+    })
 }

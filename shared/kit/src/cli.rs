@@ -61,6 +61,10 @@ pub struct ServiceContext {
 /// A boxed error from a service's own set-up.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// What a service's `register` returns: set-up may be asynchronous (opening a database, running
+/// migrations) and finishes before the server reports SERVING.
+pub type RegisterFuture<'a> = futures::future::BoxFuture<'a, Result<(), BoxError>>;
+
 /// How a service crate plugs into a server binary.
 #[derive(Clone, Copy)]
 pub struct Registration {
@@ -69,8 +73,8 @@ pub struct Registration {
     /// Checks the service's config section; used at start-up, by `antler config check` and before a
     /// reloaded file is accepted.
     pub validate: fn(&Config) -> Result<(), ConfigError>,
-    /// Mounts the service's gRPC servers.
-    pub register: fn(&mut ServiceSet, &ServiceContext) -> Result<(), BoxError>,
+    /// Sets the service up and mounts its gRPC servers.
+    pub register: for<'a> fn(&'a mut ServiceSet, &'a ServiceContext) -> RegisterFuture<'a>,
 }
 
 impl std::fmt::Debug for Registration {
@@ -122,7 +126,7 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
     let ctx = ServiceContext { config: config.clone(), config_updates: updates, clients, shutdown: shutdown.clone(), local_addr };
     let mut set = ServiceSet::new(&config.server);
     for service in services {
-        (service.register)(&mut set, &ctx).map_err(|e| RunError::Service { service: service.name, message: e.to_string() })?;
+        (service.register)(&mut set, &ctx).await.map_err(|e| RunError::Service { service: service.name, message: e.to_string() })?;
     }
 
     println!("{program} listening on {local_addr}");
