@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use tonic::transport::Channel;
 
+pub mod db;
+pub mod runs;
+
 /// Where the built binaries are.
 pub fn bin_dir() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os("ANTLER_BIN_DIR") {

@@ -1,18 +1,150 @@
 //! The `runs` section of `antler.yaml`.
-//!
-//! It has no settings yet; unknown keys are still refused, so a setting written for a later release
-//! fails loudly instead of being ignored.
+
+use std::time::Duration;
 
 use antler_kit::Config;
-use antler_kit::config::ConfigError;
-use serde::Deserialize;
+use antler_kit::config::{ConfigError, check_range};
+use serde::{Deserialize, Serialize};
 
-/// Settings of the runs service.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Settings of the runs service. Every limit is configurable; the defaults follow DeerFlow where it
+/// has one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct RunsConfig {}
+pub struct RunsConfig {
+    /// Database connection.
+    pub database: DatabaseConfig,
+    /// Runs executing at once on this replica; further admitted runs wait PENDING.
+    pub max_concurrent_runs: u32,
+    /// How long a worker owns a RUNNING run without renewing, in seconds (renewed every third of it).
+    pub lease_secs: u64,
+    /// Extra time after a lease expires before another worker may claim the run, in seconds.
+    pub lease_grace_secs: u64,
+    /// How often expired leases, startable PENDING runs and stale idempotency keys are swept, in seconds.
+    pub sweep_interval_secs: u64,
+    /// Attempts (starts plus takeovers) before a run ends ERROR with stop_reason `max_attempts_exceeded`.
+    pub max_attempts: u32,
+    /// On SIGTERM, how long running runs may go on before their leases are released for another
+    /// replica (or the next start) to resume them, in seconds.
+    pub drain_secs: u64,
+    /// Recursion limit when a request gives none.
+    pub recursion_limit_default: u32,
+    /// Largest recursion limit a request may ask for (larger values are clamped to it).
+    pub recursion_limit_max: u32,
+    /// How long an idempotency key keeps naming its run, in seconds.
+    pub idempotency_retention_secs: u64,
+    /// Interval of heartbeat events on an idle stream, in seconds.
+    pub heartbeat_secs: u64,
+    /// ENQUEUE runs waiting on one thread.
+    pub max_queued_per_thread: u32,
+    /// Messages in one CreateRun input.
+    pub max_input_messages: u32,
+    /// Size of CreateRun metadata (as JSON), in bytes.
+    pub max_metadata_bytes: u32,
+    /// Live events buffered per run for subscribers; a subscriber further behind re-reads the store.
+    pub event_buffer: u32,
+    /// The agent runs execute. `script` (until the lead agent lands): echoes the input, or follows a
+    /// JSON script given as the input text (see the README).
+    pub agent: AgentKind,
+}
+
+impl Default for RunsConfig {
+    fn default() -> Self {
+        Self {
+            database: DatabaseConfig::default(),
+            max_concurrent_runs: 32,
+            lease_secs: 30,
+            lease_grace_secs: 10,
+            sweep_interval_secs: 10,
+            max_attempts: 3,
+            drain_secs: 10,
+            recursion_limit_default: 100,
+            recursion_limit_max: 1000,
+            idempotency_retention_secs: 24 * 3600,
+            heartbeat_secs: 15,
+            max_queued_per_thread: 10,
+            max_input_messages: 100,
+            max_metadata_bytes: 16 * 1024,
+            event_buffer: 1024,
+            agent: AgentKind::Script,
+        }
+    }
+}
+
+/// Which agent executes runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentKind {
+    Script,
+}
+
+/// Where runs, threads, events and checkpoints are stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite://path` or `postgres://user@host/db`. Empty: SQLite at `<data_dir>/runs.db`. More than
+    /// one replica needs PostgreSQL.
+    pub url: String,
+    /// Connections in the pool.
+    pub max_connections: u32,
+    /// Time to wait for a connection, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// SQLite: how long a write waits for another process's lock before failing, in milliseconds.
+    pub sqlite_busy_timeout_ms: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self { url: String::new(), max_connections: 16, connect_timeout_ms: 5_000, sqlite_busy_timeout_ms: 5_000 }
+    }
+}
+
+impl RunsConfig {
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs(self.lease_secs)
+    }
+
+    pub fn grace(&self) -> Duration {
+        Duration::from_secs(self.lease_grace_secs)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let db = &self.database;
+        if !(db.url.is_empty() || db.url.starts_with("sqlite:") || db.url.starts_with("postgres://") || db.url.starts_with("postgresql://"))
+        {
+            return Err(ConfigError::Invalid {
+                path: "runs.database.url".to_owned(),
+                message: "must start with sqlite: or postgres:// (or be empty for SQLite in the data directory)".to_owned(),
+            });
+        }
+        check_range("runs.database.max_connections", db.max_connections.into(), 1, 1000)?;
+        check_range("runs.database.connect_timeout_ms", db.connect_timeout_ms, 100, 600_000)?;
+        check_range("runs.database.sqlite_busy_timeout_ms", db.sqlite_busy_timeout_ms, 0, 600_000)?;
+        check_range("runs.max_concurrent_runs", self.max_concurrent_runs.into(), 1, 100_000)?;
+        check_range("runs.lease_secs", self.lease_secs, 3, 3600)?;
+        check_range("runs.lease_grace_secs", self.lease_grace_secs, 0, 3600)?;
+        check_range("runs.sweep_interval_secs", self.sweep_interval_secs, 1, 10)?;
+        check_range("runs.max_attempts", self.max_attempts.into(), 1, 100)?;
+        check_range("runs.drain_secs", self.drain_secs, 0, 3600)?;
+        check_range("runs.recursion_limit_max", self.recursion_limit_max.into(), 1, 100_000)?;
+        check_range("runs.recursion_limit_default", self.recursion_limit_default.into(), 1, self.recursion_limit_max.into())?;
+        check_range("runs.idempotency_retention_secs", self.idempotency_retention_secs, 60, 30 * 86_400)?;
+        check_range("runs.heartbeat_secs", self.heartbeat_secs, 1, 3600)?;
+        check_range("runs.max_queued_per_thread", self.max_queued_per_thread.into(), 0, 10_000)?;
+        check_range("runs.max_input_messages", self.max_input_messages.into(), 1, 100_000)?;
+        check_range("runs.max_metadata_bytes", self.max_metadata_bytes.into(), 256, 16 * 1024 * 1024)?;
+        check_range("runs.event_buffer", self.event_buffer.into(), 16, 1_000_000)?;
+        Ok(())
+    }
+}
 
 /// Parses and checks the `runs` section.
+pub fn load(config: &Config) -> Result<RunsConfig, ConfigError> {
+    let runs: RunsConfig = config.section("runs")?;
+    runs.validate()?;
+    Ok(runs)
+}
+
+/// Parses and checks the `runs` section (for start-up, reloads and `antler config check`).
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
-    config.section::<RunsConfig>("runs").map(|_| ())
+    load(config).map(|_| ())
 }

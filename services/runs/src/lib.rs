@@ -1,9 +1,27 @@
-//! The Antler runs service: threads and runs: the run lifecycle, leases, cancellation and durable event streams.
+//! The Antler runs service: threads and runs — admission, the start gate, leases, cancellation,
+//! finalization with delivery receipts, and durable event streams.
 //!
-//! [`SERVICE`] plugs it into a server binary (`antler-runs`, or `antler up` with every other service).
+//! Where things happen, by file: admission (`lifecycle/admission.rs`), PENDING → RUNNING
+//! (`lifecycle/start.rs`), leases and takeover (`lifecycle/lease.rs`), the terminal transition
+//! (`lifecycle/finalize.rs`), cancellation (`lifecycle/cancel.rs`), the event log (`stream.rs`),
+//! executing runs (`worker.rs`), the agent interface (`agent/`).
 
+pub mod agent;
 pub mod api;
 pub mod config;
+pub mod engine;
+pub mod error;
+pub mod json;
+pub mod lifecycle;
+pub mod paging;
+pub mod store;
+pub mod stream;
+pub mod threads;
+pub mod time;
+pub mod worker;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use antler_kit::ServiceSet;
 use antler_kit::cli::{RegisterFuture, Registration, ServiceContext};
@@ -12,11 +30,38 @@ use antler_proto::runs::{run_service_server, thread_service_server};
 /// How `antler-runs` and `antler up` mount this service.
 pub const SERVICE: Registration = Registration { name: "runs", validate: config::validate, register };
 
-fn register<'a>(set: &'a mut ServiceSet, _ctx: &'a ServiceContext) -> RegisterFuture<'a> {
+fn register<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFuture<'a> {
     Box::pin(async move {
+        let config = config::load(&ctx.config)?;
+        let store = store::Store::open(&config.database, &ctx.config.server.data_dir).await?;
+        let worker_id = format!("{}-{}", hostname(), uuid::Uuid::new_v4().simple());
+        tracing::info!(worker_id, max_concurrent_runs = config.max_concurrent_runs, "runs worker starting");
+        let engine = Arc::new(engine::Engine {
+            store,
+            hub: Arc::new(stream::EventHub::new(config.event_buffer as usize)),
+            worker_id,
+            clients: ctx.clients.clone(),
+            agents: Arc::new(agent::script::ScriptFactory),
+            local: Default::default(),
+            wake: Default::default(),
+            permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_runs as usize)),
+            shutdown: ctx.shutdown.child_token(),
+            constructed: AtomicU64::new(0),
+            config,
+        });
+        worker::spawn(engine.clone()).await;
+        let drain = engine.clone();
+        set.on_drain(async move {
+            drain.shutdown.cancelled().await;
+            worker::drain(drain).await;
+        });
         set.describe(antler_proto::FILE_DESCRIPTOR_SET);
-        antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(api::ThreadApi));
-        antler_kit::add_service!(set, run_service_server::RunServiceServer::new(api::RunApi));
+        antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(api::threads::ThreadApi { engine: engine.clone() }));
+        antler_kit::add_service!(set, run_service_server::RunServiceServer::new(api::runs::RunApi { engine }));
         Ok(())
     })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "runs".to_owned())
 }

@@ -59,6 +59,7 @@ pub struct ServiceSet {
     names: Vec<&'static str>,
     descriptors: Vec<&'static [u8]>,
     max_message_bytes: usize,
+    drains: Vec<futures::future::BoxFuture<'static, ()>>,
 }
 
 impl std::fmt::Debug for ServiceSet {
@@ -69,7 +70,21 @@ impl std::fmt::Debug for ServiceSet {
 
 impl ServiceSet {
     pub fn new(config: &ServerConfig) -> Self {
-        Self { routes: RoutesBuilder::default(), names: Vec::new(), descriptors: Vec::new(), max_message_bytes: config.max_message_bytes }
+        Self {
+            routes: RoutesBuilder::default(),
+            names: Vec::new(),
+            descriptors: Vec::new(),
+            max_message_bytes: config.max_message_bytes,
+            drains: Vec::new(),
+        }
+    }
+
+    /// Work the server waits for during shutdown (bounded by `server.shutdown_grace_secs`), for
+    /// example a service handing its in-flight jobs to another replica. The future should itself wait
+    /// for the shutdown token before acting; it is polled from the moment serving starts.
+    pub fn on_drain(&mut self, drain: impl std::future::Future<Output = ()> + Send + 'static) -> &mut Self {
+        self.drains.push(Box::pin(drain));
+        self
     }
 
     /// The message size limit to apply to each generated server (see [`crate::add_service!`]).
@@ -150,7 +165,8 @@ pub async fn serve(
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
-    let ServiceSet { mut routes, names, .. } = services;
+    let ServiceSet { mut routes, names, drains, .. } = services;
+    let drains = tokio::spawn(futures::future::join_all(drains));
     routes.add_service(health).add_service(reflection_v1).add_service(reflection_v1alpha);
 
     let mut builder = tonic::transport::Server::builder();
@@ -184,11 +200,21 @@ pub async fn serve(
     tracing::info!(addr = ?addr, services = ?names, "serving");
 
     let grace = Duration::from_secs(config.shutdown_grace_secs);
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(grace).await
+    };
+    tokio::pin!(deadline);
     tokio::select! {
         result = &mut server => result?,
-        () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+        () = &mut deadline => {
             tracing::warn!(grace_secs = config.shutdown_grace_secs, "drain deadline passed; closing the remaining requests and streams");
         }
+    }
+    // Services' own draining (started at the signal) gets what is left of the grace period.
+    tokio::select! {
+        _ = drains => {}
+        () = &mut deadline => tracing::warn!("drain deadline passed before the services finished draining"),
     }
     tracing::info!("stopped");
     Ok(())

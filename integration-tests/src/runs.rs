@@ -1,0 +1,97 @@
+//! Helpers for driving the runs service: users, requests, waiting for a status.
+
+use std::time::{Duration, Instant};
+
+use antler_proto::common::{ContentPart, Message, Role, TextPart, content_part};
+use antler_proto::runs::run_service_client::RunServiceClient;
+use antler_proto::runs::thread_service_client::ThreadServiceClient;
+use antler_proto::runs::{CreateRunRequest, GetRunRequest, Run, RunStatus};
+use anyhow::{Result, bail};
+use tonic::transport::Channel;
+
+use crate::db::TestDb;
+use crate::{Launch, Process, start};
+
+pub const ALICE: &str = "alice-runs-key-0123456789";
+pub const BOB: &str = "bob-runs-key-0123456789";
+
+/// `antler.yaml` for a runs server on `db`, with users alice and bob and short leases, plus `extra`
+/// lines for the `runs:` section (each indented by four spaces, e.g. `"    max_concurrent_runs: 1\n"`).
+pub fn config(db: &TestDb, extra: &str) -> String {
+    format!(
+        "server:\n  shutdown_grace_secs: 5\n  auth:\n    enabled: true\n    api_keys:\n      - key: {ALICE}\n        user: alice\n      - key: {BOB}\n        user: bob\nruns:\n  database:\n    url: \"{}\"\n  lease_secs: 3\n  lease_grace_secs: 0\n  sweep_interval_secs: 1\n  heartbeat_secs: 1\n  drain_secs: 1\n{extra}",
+        db.url
+    )
+}
+
+/// Starts `antler-runs` on `db`.
+pub fn start_runs(db: &TestDb, extra: &str) -> Result<Process> {
+    start("antler-runs", Launch::default().config(config(db, extra)))
+}
+
+/// A request carrying `key`.
+pub fn authed<T>(message: T, key: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Ok(value) = format!("Bearer {key}").parse() {
+        request.metadata_mut().insert("authorization", value);
+    }
+    request
+}
+
+pub fn user_text(text: &str) -> Message {
+    Message {
+        role: Role::User as i32,
+        content: vec![ContentPart { part: Some(content_part::Part::Text(TextPart { text: text.to_owned() })) }],
+        ..Message::default()
+    }
+}
+
+/// A user message that makes the script agent follow `steps`.
+pub fn script(steps: serde_json::Value) -> Message {
+    user_text(&serde_json::json!({ "script": steps }).to_string())
+}
+
+/// A CreateRunRequest on `thread_id` (empty: a new thread) following `steps`.
+pub fn run_request(thread_id: &str, steps: serde_json::Value) -> CreateRunRequest {
+    CreateRunRequest { thread_id: thread_id.to_owned(), input: vec![script(steps)], ..CreateRunRequest::default() }
+}
+
+pub async fn clients(process: &Process) -> Result<(RunServiceClient<Channel>, ThreadServiceClient<Channel>)> {
+    let channel = process.channel().await?;
+    Ok((RunServiceClient::new(channel.clone()), ThreadServiceClient::new(channel)))
+}
+
+/// Polls GetRun until `done` holds (at most `timeout`).
+pub async fn wait_run(
+    runs: &mut RunServiceClient<Channel>,
+    key: &str,
+    run_id: &str,
+    timeout: Duration,
+    done: impl Fn(&Run) -> bool,
+) -> Result<Run> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let run = runs
+            .get_run(authed(GetRunRequest { run_id: run_id.to_owned(), ..Default::default() }, key))
+            .await?
+            .into_inner()
+            .run
+            .unwrap_or_default();
+        if done(&run) {
+            return Ok(run);
+        }
+        if Instant::now() > deadline {
+            bail!("run {run_id} did not reach the expected state in {timeout:?}; last seen {:?} ({})", run.status(), run.stop_reason);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+pub fn is_terminal(run: &Run) -> bool {
+    matches!(run.status(), RunStatus::Success | RunStatus::Error | RunStatus::Interrupted | RunStatus::Timeout)
+}
+
+/// How many times the server logged building an agent for `run_id`.
+pub fn constructions(process: &Process, run_id: &str) -> usize {
+    process.stderr().lines().filter(|l| l.contains("agent constructed") && l.contains(run_id)).count()
+}

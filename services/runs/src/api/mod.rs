@@ -1,0 +1,6 @@
+//! Thin tonic handlers: validate, convert proto ⇄ domain, call the domain modules.
+
+pub mod convert;
+pub mod error;
+pub mod runs;
+pub mod threads;

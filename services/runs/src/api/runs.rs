@@ -1,0 +1,371 @@
+//! `antler.runs.v1.RunService`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use antler_kit::{CallContext, Identity};
+use antler_proto::runs::run_service_server::RunService;
+use antler_proto::runs::*;
+use futures::Stream;
+use prost::Message;
+use sea_orm::sea_query::Condition;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use super::convert;
+use crate::engine::Engine;
+use crate::error::RunsError;
+use crate::lifecycle::{admission, cancel, is_terminal};
+use crate::paging;
+use crate::store::entity::{feedback, runs};
+use crate::store::now_ms;
+use crate::stream::{Subscription, follow, read_after};
+use crate::threads as thread_domain;
+
+type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[derive(Debug, Clone)]
+pub struct RunApi {
+    pub engine: Arc<Engine>,
+}
+
+impl RunApi {
+    async fn admit(&self, ctx: &CallContext, mut req: CreateRunRequest) -> Result<(runs::Model, bool), Status> {
+        admission::sanitise(&self.engine, &mut req)?;
+        let model = req.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
+        admission::check_model(&self.engine, ctx, &model).await?;
+        let (admitted, effects) = admission::create_or_reject(&self.engine, &ctx.identity.user_id, &req).await?;
+        admission::apply(&self.engine, effects);
+        Ok((admitted.run, admitted.reused))
+    }
+
+    async fn find_run(&self, user: &str, thread_id: &str, run_id: &str) -> Result<runs::Model, RunsError> {
+        runs::Entity::find_by_id(run_id.to_owned())
+            .filter(runs::Column::UserId.eq(user))
+            .one(self.engine.store.db())
+            .await?
+            .filter(|r| thread_id.is_empty() || r.thread_id == thread_id)
+            .ok_or_else(|| RunsError::NotFound(format!("run {run_id}")))
+    }
+
+    /// Streams a run's events to the client; when the client goes away before the run ends and
+    /// `cancel_on_disconnect` is set, the run is cancelled (INTERRUPT).
+    fn stream_events(
+        &self,
+        user: String,
+        run: &runs::Model,
+        after_seq: u64,
+        kinds: Vec<i32>,
+        cancel_on_disconnect: bool,
+    ) -> ReceiverStream<Result<RunEvent, Status>> {
+        // Bounded: a slow client makes this subscription lag (and re-read the store), never the run.
+        let (tx, rx) = mpsc::channel(256);
+        let sub = Subscription {
+            run_id: run.run_id.clone(),
+            thread_id: run.thread_id.clone(),
+            after_seq,
+            kinds,
+            heartbeat: Duration::from_secs(self.engine.config.heartbeat_secs),
+        };
+        let engine = self.engine.clone();
+        let (run_id, thread_id) = (run.run_id.clone(), run.thread_id.clone());
+        tokio::spawn(async move {
+            let ended = follow(engine.store.clone(), engine.hub.clone(), sub, tx).await;
+            if !ended && cancel_on_disconnect {
+                match cancel::cancel(&engine, &user, &thread_id, &run_id, CancelAction::Interrupt).await {
+                    Ok(_) => tracing::info!(run_id, "client disconnected; run cancelled (on_disconnect = CANCEL)"),
+                    Err(error) => tracing::debug!(run_id, %error, "client disconnected; nothing to cancel"),
+                }
+            }
+        });
+        ReceiverStream::new(rx)
+    }
+}
+
+fn identity<T>(request: &Request<T>) -> Result<CallContext, Status> {
+    CallContext::from_request(request)
+}
+
+fn page_response(next: String) -> Option<antler_proto::common::PageResponse> {
+    Some(antler_proto::common::PageResponse { next_page_token: next })
+}
+
+/// Cancels a run when dropped unarmed: WaitRun's client went away before the run ended.
+struct CancelOnDrop {
+    engine: Arc<Engine>,
+    user: String,
+    thread_id: String,
+    run_id: String,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (engine, user, thread_id, run_id) = (self.engine.clone(), self.user.clone(), self.thread_id.clone(), self.run_id.clone());
+        tokio::spawn(async move {
+            if cancel::cancel(&engine, &user, &thread_id, &run_id, CancelAction::Interrupt).await.is_ok() {
+                tracing::info!(run_id, "WaitRun client went away; run cancelled (on_disconnect = CANCEL)");
+            }
+        });
+    }
+}
+
+#[tonic::async_trait]
+impl RunService for RunApi {
+    async fn create_run(&self, request: Request<CreateRunRequest>) -> Result<Response<CreateRunResponse>, Status> {
+        let ctx = identity(&request)?;
+        let (run, reused) = self.admit(&ctx, request.into_inner()).await?;
+        Ok(Response::new(CreateRunResponse { run: Some(convert::run(&run, reused)) }))
+    }
+
+    type StreamRunStream = EventStream<StreamRunResponse>;
+
+    async fn stream_run(&self, request: Request<StreamRunRequest>) -> Result<Response<Self::StreamRunStream>, Status> {
+        let ctx = identity(&request)?;
+        let create = request.into_inner().create.ok_or_else(|| antler_kit::status::invalid_argument("create", "is required"))?;
+        let cancel_on_disconnect = create.on_disconnect != OnDisconnect::Continue as i32;
+        let kinds = create.stream_kinds.clone();
+        let (run, _) = self.admit(&ctx, create).await?;
+        let events = self.stream_events(ctx.identity.user_id.clone(), &run, 0, kinds, cancel_on_disconnect);
+        Ok(Response::new(Box::pin(events.map(|e| e.map(|event| StreamRunResponse { event: Some(event) })))))
+    }
+
+    async fn wait_run(&self, request: Request<WaitRunRequest>) -> Result<Response<WaitRunResponse>, Status> {
+        let ctx = identity(&request)?;
+        let create = request.into_inner().create.ok_or_else(|| antler_kit::status::invalid_argument("create", "is required"))?;
+        let cancel_on_disconnect = create.on_disconnect != OnDisconnect::Continue as i32;
+        let (run, _) = self.admit(&ctx, create).await?;
+        let mut guard = CancelOnDrop {
+            engine: self.engine.clone(),
+            user: ctx.identity.user_id.clone(),
+            thread_id: run.thread_id.clone(),
+            run_id: run.run_id.clone(),
+            armed: cancel_on_disconnect,
+        };
+        let finished = cancel::wait_terminal(&self.engine, &run.run_id).await?;
+        guard.armed = false;
+        let thread = thread_domain::find(&self.engine, &ctx.identity.user_id, &finished.thread_id).await?;
+        let state = thread_domain::state(&self.engine, &thread, None).await?;
+        Ok(Response::new(WaitRunResponse { run: Some(convert::run(&finished, false)), state: Some(state) }))
+    }
+
+    async fn get_run(&self, request: Request<GetRunRequest>) -> Result<Response<GetRunResponse>, Status> {
+        let user = Identity::of(&request)?.user_id.clone();
+        let req = request.into_inner();
+        let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
+        Ok(Response::new(GetRunResponse { run: Some(convert::run(&run, false)) }))
+    }
+
+    async fn list_runs(&self, request: Request<ListRunsRequest>) -> Result<Response<ListRunsResponse>, Status> {
+        let user = Identity::of(&request)?.user_id.clone();
+        let req = request.into_inner();
+        thread_domain::find(&self.engine, &user, &req.thread_id).await?;
+        let page = req.page.unwrap_or_default();
+        let size = paging::size(page.page_size, paging::DEFAULT_PAGE, paging::MAX_PAGE);
+        let mut query = runs::Entity::find()
+            .filter(runs::Column::UserId.eq(user.as_str()))
+            .filter(runs::Column::ThreadId.eq(req.thread_id.as_str()))
+            .order_by_desc(runs::Column::CreatedAt)
+            .order_by_desc(runs::Column::RunId)
+            .limit(size);
+        let mut statuses = Vec::new();
+        for (i, status) in req.statuses.iter().enumerate() {
+            let status = RunStatus::try_from(*status)
+                .ok()
+                .filter(|s| *s != RunStatus::Unspecified)
+                .ok_or_else(|| antler_kit::status::invalid_argument(&format!("statuses[{i}]"), "is not a RunStatus"))?;
+            statuses.push(status.as_str_name().trim_start_matches("RUN_STATUS_").to_ascii_lowercase());
+        }
+        if !statuses.is_empty() {
+            query = query.filter(runs::Column::Status.is_in(statuses));
+        }
+        if let Some((at, id)) = paging::decode(&page.page_token, "page.page_token")? {
+            query = query.filter(
+                Condition::any()
+                    .add(runs::Column::CreatedAt.lt(at))
+                    .add(Condition::all().add(runs::Column::CreatedAt.eq(at)).add(runs::Column::RunId.lt(id))),
+            );
+        }
+        let rows = query.all(self.engine.store.db()).await.map_err(RunsError::from)?;
+        let next = if rows.len() as u64 == size {
+            rows.last().map(|r| paging::encode(r.created_at, &r.run_id)).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(ListRunsResponse { runs: rows.iter().map(|r| convert::run(r, false)).collect(), page: page_response(next) }))
+    }
+
+    async fn cancel_run(&self, request: Request<CancelRunRequest>) -> Result<Response<CancelRunResponse>, Status> {
+        let user = Identity::of(&request)?.user_id.clone();
+        let req = request.into_inner();
+        let action = CancelAction::try_from(req.action)
+            .map_err(|_| antler_kit::status::invalid_argument("action", format!("{} is not a CancelAction", req.action)))?;
+        let winner = cancel::cancel(&self.engine, &user, &req.thread_id, &req.run_id, action).await?;
+        let run = if req.wait {
+            cancel::wait_terminal(&self.engine, &req.run_id).await?
+        } else {
+            self.find_run(&user, &req.thread_id, &req.run_id).await?
+        };
+        Ok(Response::new(CancelRunResponse { run: Some(convert::run(&run, false)), action: winner as i32 }))
+    }
+
+    type JoinRunStream = EventStream<JoinRunResponse>;
+
+    async fn join_run(&self, request: Request<JoinRunRequest>) -> Result<Response<Self::JoinRunStream>, Status> {
+        let user = Identity::of(&request)?.user_id.clone();
+        let req = request.into_inner();
+        let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
+        for (i, kind) in req.kinds.iter().enumerate() {
+            if !matches!(EventKind::try_from(*kind), Ok(k) if k != EventKind::Unspecified) {
+                return Err(antler_kit::status::invalid_argument(&format!("kinds[{i}]"), format!("{kind} is not an EventKind")));
+            }
+        }
+        let kinds = if req.kinds.is_empty() {
+            CreateRunRequest::decode(run.request.as_slice()).map(|r| r.stream_kinds).unwrap_or_default()
+        } else {
+            req.kinds
+        };
+        let cancel_on_disconnect = req.on_disconnect == OnDisconnect::Cancel as i32 && !is_terminal(&run.status);
+        let events = self.stream_events(user, &run, req.after_seq, kinds, cancel_on_disconnect);
+        Ok(Response::new(Box::pin(events.map(|e| e.map(|event| JoinRunResponse { event: Some(event) })))))
+    }
+
+    async fn list_run_events(&self, request: Request<ListRunEventsRequest>) -> Result<Response<ListRunEventsResponse>, Status> {
+        let user = Identity::of(&request)?.user_id.clone();
+        let req = request.into_inner();
+        let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
+        let page = req.page.unwrap_or_default();
+        let size = paging::size(page.page_size, 500, 2000);
+        let after = if page.page_token.is_empty() {
+            req.after_seq
+        } else {
+            page.page_token
+                .parse::<u64>()
+                .map_err(|_| antler_kit::status::invalid_argument("page.page_token", "is not a token returned by this service"))?
+        };
+        for (i, kind) in req.kinds.iter().enumerate() {
+            if EventKind::try_from(*kind).is_err() {
+                return Err(antler_kit::status::invalid_argument(&format!("kinds[{i}]"), format!("{kind} is not an EventKind")));
+            }
+        }
+        let mut events = read_after(&self.engine.store, &run.run_id, after, &req.kinds, size).await?;
+        if !req.task_id.is_empty() {
+            events.retain(|e| e.task_id == req.task_id);
+        }
+        let next = if events.len() as u64 == size { events.last().map(|e| e.seq.to_string()).unwrap_or_default() } else { String::new() };
+        Ok(Response::new(ListRunEventsResponse {
+            events,
+            page: page_response(next),
+            run_status: crate::lifecycle::status_from_str(&run.status) as i32,
+        }))
+    }
+
+    async fn submit_feedback(&self, request: Request<SubmitFeedbackRequest>) -> Result<Response<SubmitFeedbackResponse>, Status> {
+        let user = Identity::of(&request)?.user_id.clone();
+        let req = request.into_inner();
+        if req.rating != 1 && req.rating != -1 {
+            return Err(antler_kit::status::invalid_argument("rating", format!("{} must be 1 (good) or -1 (bad)", req.rating)));
+        }
+        if req.comment.chars().count() > 4000 {
+            return Err(antler_kit::status::invalid_argument("comment", "is longer than 4000 characters"));
+        }
+        let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
+        let now = now_ms();
+        let tx = self.engine.store.tx().await.map_err(RunsError::from)?;
+        let existing = feedback::Entity::find_by_id((run.run_id.clone(), user.clone())).one(&*tx).await.map_err(RunsError::from)?;
+        let created = existing.is_none();
+        let model = feedback::Model {
+            run_id: run.run_id.clone(),
+            user_id: user.clone(),
+            feedback_id: existing.as_ref().map(|f| f.feedback_id.clone()).unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+            thread_id: run.thread_id.clone(),
+            message_id: req.message_id.clone(),
+            rating: req.rating,
+            comment: req.comment.clone(),
+            created_at: existing.as_ref().map(|f| f.created_at).unwrap_or(now),
+            updated_at: now,
+        };
+        let active = feedback::ActiveModel::from(model.clone());
+        if created {
+            feedback::Entity::insert(active).exec_without_returning(&*tx).await.map_err(RunsError::from)?;
+        } else {
+            feedback::Entity::update(sea_orm::ActiveModelTrait::reset_all(active)).exec(&*tx).await.map_err(RunsError::from)?;
+        }
+        tx.commit().await.map_err(RunsError::from)?;
+        let feedback = Feedback {
+            feedback_id: model.feedback_id,
+            run_id: model.run_id,
+            thread_id: model.thread_id,
+            message_id: model.message_id,
+            rating: model.rating,
+            comment: model.comment,
+            created_at: Some(crate::time::to_timestamp(model.created_at)),
+            updated_at: Some(crate::time::to_timestamp(model.updated_at)),
+        };
+        Ok(Response::new(SubmitFeedbackResponse { feedback: Some(feedback), created }))
+    }
+
+    async fn get_token_usage(&self, request: Request<GetTokenUsageRequest>) -> Result<Response<GetTokenUsageResponse>, Status> {
+        let user = Identity::of(&request)?.user_id.clone();
+        let req = request.into_inner();
+        thread_domain::find(&self.engine, &user, &req.thread_id).await?;
+        let mut statuses = vec!["success", "error", "interrupted", "timeout"];
+        if req.include_active {
+            statuses.extend(["running", "finalizing"]);
+        }
+        let rows: Vec<Vec<u8>> = runs::Entity::find()
+            .select_only()
+            .column(runs::Column::Usage)
+            .filter(runs::Column::UserId.eq(user.as_str()))
+            .filter(runs::Column::ThreadId.eq(req.thread_id.as_str()))
+            .filter(runs::Column::Status.is_in(statuses))
+            .into_tuple()
+            .all(self.engine.store.db())
+            .await
+            .map_err(RunsError::from)?;
+        let mut total = antler_proto::common::Usage::default();
+        let mut by_caller = CallerUsage::default();
+        let mut by_model: std::collections::HashMap<String, ModelUsage> = std::collections::HashMap::new();
+        let mut llm_calls = 0;
+        for usage in rows.iter().filter_map(|u| RunUsage::decode(u.as_slice()).ok()) {
+            total.input_tokens += usage.input_tokens;
+            total.output_tokens += usage.output_tokens;
+            total.total_tokens += usage.total_tokens;
+            total.cache_read_tokens += usage.cache_read_tokens;
+            total.reasoning_tokens += usage.reasoning_tokens;
+            llm_calls += usage.llm_calls;
+            by_caller.lead_agent_tokens += usage.lead_agent_tokens;
+            by_caller.subagent_tokens += usage.subagent_tokens;
+            by_caller.middleware_tokens += usage.middleware_tokens;
+            for (model, per) in usage.by_model {
+                let entry = by_model.entry(model).or_default();
+                let u = entry.usage.get_or_insert_with(Default::default);
+                if let Some(p) = per.usage {
+                    u.input_tokens += p.input_tokens;
+                    u.output_tokens += p.output_tokens;
+                    u.total_tokens += p.total_tokens;
+                    u.cache_read_tokens += p.cache_read_tokens;
+                    u.reasoning_tokens += p.reasoning_tokens;
+                }
+                entry.llm_calls += per.llm_calls;
+                entry.runs += 1;
+            }
+        }
+        Ok(Response::new(GetTokenUsageResponse {
+            thread_id: req.thread_id,
+            total: Some(total),
+            runs: rows.len() as u64,
+            llm_calls,
+            by_model,
+            by_caller: Some(by_caller),
+            context_usage: None,
+        }))
+    }
+}

@@ -1,0 +1,98 @@
+//! `antler.runs.v1.ThreadService`.
+
+use std::sync::Arc;
+
+use antler_kit::Identity;
+use antler_proto::runs::thread_service_server::ThreadService;
+use antler_proto::runs::*;
+use tonic::{Request, Response, Status};
+
+use crate::engine::Engine;
+use crate::lifecycle::cancel;
+use crate::paging;
+use crate::threads as domain;
+
+#[derive(Debug, Clone)]
+pub struct ThreadApi {
+    pub engine: Arc<Engine>,
+}
+
+fn user<T>(request: &Request<T>) -> Result<String, Status> {
+    Ok(Identity::of(request)?.user_id.clone())
+}
+
+#[tonic::async_trait]
+impl ThreadService for ThreadApi {
+    async fn create_thread(&self, request: Request<CreateThreadRequest>) -> Result<Response<CreateThreadResponse>, Status> {
+        let user = user(&request)?;
+        let req = request.into_inner();
+        let (thread, created) = domain::create(&self.engine, &user, &req.thread_id, &req.title, req.metadata).await?;
+        Ok(Response::new(CreateThreadResponse { thread: Some(domain::to_proto(&self.engine, &thread, false).await?), created }))
+    }
+
+    async fn get_thread(&self, request: Request<GetThreadRequest>) -> Result<Response<GetThreadResponse>, Status> {
+        let user = user(&request)?;
+        let thread = domain::find(&self.engine, &user, &request.get_ref().thread_id).await?;
+        Ok(Response::new(GetThreadResponse { thread: Some(domain::to_proto(&self.engine, &thread, true).await?) }))
+    }
+
+    async fn list_threads(&self, request: Request<ListThreadsRequest>) -> Result<Response<ListThreadsResponse>, Status> {
+        let user = user(&request)?;
+        let req = request.into_inner();
+        let page = req.page.unwrap_or_default();
+        let status = ThreadStatus::try_from(req.status)
+            .map_err(|_| antler_kit::status::invalid_argument("status", format!("{} is not a ThreadStatus", req.status)))?;
+        let size = paging::size(page.page_size, paging::DEFAULT_PAGE, paging::MAX_PAGE);
+        let (rows, next) = domain::list(&self.engine, &user, req.metadata, status, size, &page.page_token).await?;
+        let mut threads = Vec::with_capacity(rows.len());
+        for row in &rows {
+            threads.push(domain::to_proto(&self.engine, row, req.include_values).await?);
+        }
+        Ok(Response::new(ListThreadsResponse { threads, page: Some(antler_proto::common::PageResponse { next_page_token: next }) }))
+    }
+
+    async fn update_thread(&self, request: Request<UpdateThreadRequest>) -> Result<Response<UpdateThreadResponse>, Status> {
+        let user = user(&request)?;
+        let req = request.into_inner();
+        let thread = domain::update(&self.engine, &user, &req.thread_id, req.title, req.metadata).await?;
+        Ok(Response::new(UpdateThreadResponse { thread: Some(domain::to_proto(&self.engine, &thread, false).await?) }))
+    }
+
+    async fn delete_thread(&self, request: Request<DeleteThreadRequest>) -> Result<Response<DeleteThreadResponse>, Status> {
+        let user = user(&request)?;
+        let req = request.into_inner();
+        let thread = domain::find(&self.engine, &user, &req.thread_id).await?;
+        if req.cancel_active_run
+            && let (_, Some(active)) = domain::status(&self.engine, &thread).await?
+        {
+            cancel::cancel(&self.engine, &user, &req.thread_id, &active, CancelAction::Interrupt).await?;
+            cancel::wait_terminal(&self.engine, &active).await?;
+        }
+        let deleted_runs = domain::delete(&self.engine, &user, &req.thread_id).await?;
+        // The thread's workspace belongs to the sandbox service; releasing it is best effort until
+        // the sandbox lands (issue #5), and never blocks deleting the thread's records.
+        tracing::info!(thread_id = %req.thread_id, deleted_runs, "thread deleted");
+        Ok(Response::new(DeleteThreadResponse { thread_id: req.thread_id, deleted_runs }))
+    }
+
+    async fn get_thread_state(&self, request: Request<GetThreadStateRequest>) -> Result<Response<GetThreadStateResponse>, Status> {
+        let user = user(&request)?;
+        let req = request.into_inner();
+        let thread = domain::find(&self.engine, &user, &req.thread_id).await?;
+        let checkpoint = (!req.checkpoint_id.is_empty()).then_some(req.checkpoint_id.as_str());
+        Ok(Response::new(GetThreadStateResponse { state: Some(domain::state(&self.engine, &thread, checkpoint).await?) }))
+    }
+
+    async fn list_thread_history(&self, request: Request<ListThreadHistoryRequest>) -> Result<Response<ListThreadHistoryResponse>, Status> {
+        let user = user(&request)?;
+        let req = request.into_inner();
+        let thread = domain::find(&self.engine, &user, &req.thread_id).await?;
+        let page = req.page.unwrap_or_default();
+        let size = paging::size(page.page_size, 10, 100);
+        let (checkpoints, next) = domain::history(&self.engine, &thread, &req.run_id, size, &page.page_token, req.include_messages).await?;
+        Ok(Response::new(ListThreadHistoryResponse {
+            checkpoints,
+            page: Some(antler_proto::common::PageResponse { next_page_token: next }),
+        }))
+    }
+}

@@ -1,0 +1,91 @@
+//! The state one runs replica shares between its handlers, its dispatcher and its workers.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use antler_kit::Clients;
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::AgentFactory;
+use crate::config::RunsConfig;
+use crate::store::Store;
+use crate::stream::EventHub;
+
+/// Why a local run's agent is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopCause {
+    /// A cancel request (or a newer run's INTERRUPT / ROLLBACK) — the run ends INTERRUPTED.
+    Cancel,
+    /// This worker lost its lease: it must write nothing more.
+    Fenced,
+    /// Shutdown: the lease is released for another worker to resume the run.
+    Release,
+}
+
+/// A run executing on this replica.
+#[derive(Debug, Clone)]
+pub struct LocalRun {
+    pub token: CancellationToken,
+    pub cause: Arc<Mutex<Option<StopCause>>>,
+}
+
+impl LocalRun {
+    pub fn new() -> Self {
+        Self { token: CancellationToken::new(), cause: Arc::new(Mutex::new(None)) }
+    }
+
+    /// Stops the agent; the first cause wins, except that fencing overrides everything (a fenced
+    /// worker must not write, whatever else was asked).
+    pub fn stop(&self, cause: StopCause) {
+        let mut current = self.cause.lock().unwrap_or_else(|p| p.into_inner());
+        if current.is_none() || cause == StopCause::Fenced {
+            *current = Some(cause);
+        }
+        drop(current);
+        self.token.cancel();
+    }
+
+    pub fn cause(&self) -> Option<StopCause> {
+        *self.cause.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Default for LocalRun {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+pub struct Engine {
+    pub store: Store,
+    pub config: RunsConfig,
+    pub hub: Arc<EventHub>,
+    /// This replica's identity in `runs.owner_worker_id`.
+    pub worker_id: String,
+    pub clients: Clients,
+    pub agents: Arc<dyn AgentFactory>,
+    /// Runs executing here.
+    pub local: Mutex<HashMap<String, LocalRun>>,
+    /// Wakes the dispatcher when a run may be startable.
+    pub wake: Notify,
+    /// Bounds the runs executing at once on this replica.
+    pub permits: Arc<Semaphore>,
+    pub shutdown: CancellationToken,
+    /// Agents built so far (logged with each construction).
+    pub constructed: AtomicU64,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("worker_id", &self.worker_id).finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// The local handle of a run executing here.
+    pub fn local_run(&self, run_id: &str) -> Option<LocalRun> {
+        self.local.lock().unwrap_or_else(|p| p.into_inner()).get(run_id).cloned()
+    }
+}

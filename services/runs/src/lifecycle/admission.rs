@@ -1,0 +1,428 @@
+//! Admission: `start_run` (authenticate, ownership, validate and sanitise, model allowlist, clamp)
+//! then `create_or_reject` — one transaction that applies the idempotency key and the thread's
+//! multitask policy and inserts the run PENDING, or refuses and writes nothing.
+
+use antler_kit::CallContext;
+use antler_proto::common::Role;
+use antler_proto::models::ListModelsRequest;
+use antler_proto::models::model_service_client::ModelServiceClient;
+use antler_proto::runs::run_event::Kind;
+use antler_proto::runs::{CreateRunRequest, EventKind, Metadata, MultitaskStrategy, OnDisconnect, RunEvent, RunUsage};
+use prost::Message;
+use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+use sha2::{Digest, Sha256};
+
+use super::{ACTIVE, Ending, FINALIZING, INTERRUPTED, PENDING, end_by_service};
+use crate::engine::{Engine, StopCause};
+use crate::error::RunsError;
+use crate::store::entity::{runs, threads};
+use crate::store::{StoreError, now_ms};
+use crate::stream::{Writer, append};
+use crate::threads::valid_thread_id;
+
+/// Metadata keys that carry credentials: refused, so secrets never land in stored metadata.
+const CREDENTIAL_KEYS: [&str; 7] = ["auth_token", "access_token", "api_key", "authorization", "password", "secret", "token"];
+/// Identity keys only the server may set: stripped when a client sends them.
+const IDENTITY_KEYS: [&str; 4] = ["user_id", "owner_id", "owner", "auth_user"];
+
+/// The result of admission.
+#[derive(Debug)]
+pub struct Admitted {
+    pub run: runs::Model,
+    /// The idempotency key named an existing run, returned as it is.
+    pub reused: bool,
+}
+
+/// Validates and sanitises a request in place (no I/O). Errors name the field and the limit.
+pub fn sanitise(engine: &Engine, req: &mut CreateRunRequest) -> Result<(), RunsError> {
+    let cfg = &engine.config;
+    if !req.thread_id.is_empty() && !valid_thread_id(&req.thread_id) {
+        return Err(RunsError::invalid("thread_id", format!("`{}` must match ^[A-Za-z0-9_-]{{1,64}}$", req.thread_id)));
+    }
+    if req.input.len() > cfg.max_input_messages as usize {
+        return Err(RunsError::invalid(
+            "input",
+            format!("{} messages; the limit is {} (runs.max_input_messages)", req.input.len(), cfg.max_input_messages),
+        ));
+    }
+    if req.input.is_empty() && req.resume.is_none() {
+        return Err(RunsError::invalid("input", "is empty: send at least one ROLE_USER message (or `resume` to answer a clarification)"));
+    }
+    if !req.input.is_empty() && req.resume.is_some() {
+        return Err(RunsError::invalid("resume", "must not be combined with input"));
+    }
+    for (i, message) in req.input.iter_mut().enumerate() {
+        match Role::try_from(message.role) {
+            Ok(Role::User | Role::Assistant | Role::Tool) => {}
+            Ok(Role::System) => {
+                return Err(RunsError::invalid(
+                    format!("input[{i}].role"),
+                    "ROLE_SYSTEM is not accepted: the system prompt comes from the agent",
+                ));
+            }
+            _ => return Err(RunsError::invalid(format!("input[{i}].role"), "must be ROLE_USER, ROLE_ASSISTANT or ROLE_TOOL")),
+        }
+        if message.content.is_empty() && message.tool_calls.is_empty() {
+            return Err(RunsError::invalid(format!("input[{i}].content"), "is empty"));
+        }
+        if let Some(meta) = message.metadata.as_mut() {
+            meta.fields.retain(|key, _| !is_internal_key(key));
+        }
+    }
+    for (i, kind) in req.stream_kinds.iter().enumerate() {
+        if !matches!(EventKind::try_from(*kind), Ok(k) if k != EventKind::Unspecified) {
+            return Err(RunsError::invalid(format!("stream_kinds[{i}]"), format!("{kind} is not an EventKind")));
+        }
+    }
+    if let Some(meta) = req.metadata.as_mut() {
+        if let Some(key) = meta.fields.keys().find(|k| CREDENTIAL_KEYS.contains(&k.to_ascii_lowercase().as_str())) {
+            return Err(RunsError::invalid(
+                format!("metadata.{key}"),
+                "looks like a credential; pass credentials in `secrets`, which are never stored",
+            ));
+        }
+        meta.fields.retain(|key, _| !is_internal_key(key));
+        let size = meta.encoded_len();
+        if size > cfg.max_metadata_bytes as usize {
+            return Err(RunsError::invalid(
+                "metadata",
+                format!("{size} bytes; the limit is {} (runs.max_metadata_bytes)", cfg.max_metadata_bytes),
+            ));
+        }
+    }
+    if !req.idempotency_key.is_empty()
+        && (req.idempotency_key.len() > 255 || !req.idempotency_key.bytes().all(|b| (0x21..0x7f).contains(&b)))
+    {
+        return Err(RunsError::invalid("idempotency_key", "must be 1-255 printable ASCII characters without spaces"));
+    }
+    if req.expected_outputs.len() > 100 {
+        return Err(RunsError::invalid("expected_outputs", format!("{} paths; the limit is 100", req.expected_outputs.len())));
+    }
+    for (i, path) in req.expected_outputs.iter().enumerate() {
+        let inside = path
+            .strip_prefix("/mnt/user-data/outputs/")
+            .is_some_and(|rest| !rest.is_empty() && !rest.split('/').any(|seg| seg.is_empty() || seg == "." || seg == ".."));
+        if !inside {
+            return Err(RunsError::invalid(
+                format!("expected_outputs[{i}]"),
+                format!("`{path}` must be a file path under /mnt/user-data/outputs/"),
+            ));
+        }
+    }
+    if req.secrets.len() > 16 {
+        return Err(RunsError::invalid("secrets", format!("{} entries; the limit is 16", req.secrets.len())));
+    }
+    if let Some(key) = req
+        .secrets
+        .keys()
+        .find(|k| k.is_empty() || k.len() > 64 || !k.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'))
+    {
+        return Err(RunsError::invalid(format!("secrets.{key}"), "keys must match ^[a-z0-9_]{1,64}$"));
+    }
+    let config = req.config.get_or_insert_with(Default::default);
+    if config.recursion_limit == 0 {
+        config.recursion_limit = cfg.recursion_limit_default;
+    }
+    config.recursion_limit = config.recursion_limit.min(cfg.recursion_limit_max);
+    if let Some(context) = config.context.as_mut() {
+        context.fields.retain(|key, _| !is_internal_key(key));
+    }
+    if MultitaskStrategy::try_from(req.multitask_strategy).is_err() {
+        return Err(RunsError::invalid("multitask_strategy", format!("{} is not a MultitaskStrategy", req.multitask_strategy)));
+    }
+    if OnDisconnect::try_from(req.on_disconnect).is_err() {
+        return Err(RunsError::invalid("on_disconnect", format!("{} is not an OnDisconnect", req.on_disconnect)));
+    }
+    Ok(())
+}
+
+/// Keys a client may not set: `__*` (internal) and identity keys.
+fn is_internal_key(key: &str) -> bool {
+    key.starts_with("__") || IDENTITY_KEYS.contains(&key)
+}
+
+/// What makes two requests "the same" for an idempotency key: everything but request-scoped
+/// delivery settings (secrets, stream selection, disconnect handling).
+pub fn fingerprint(req: &CreateRunRequest) -> String {
+    let mut canonical = req.clone();
+    canonical.secrets.clear();
+    canonical.stream_kinds.clear();
+    canonical.on_disconnect = 0;
+    hex::encode(Sha256::digest(canonical.encode_to_vec()))
+}
+
+/// Checks `model_name` against the models service. Empty means the default model.
+pub async fn check_model(engine: &Engine, ctx: &CallContext, model_name: &str) -> Result<(), RunsError> {
+    if model_name.is_empty() {
+        return Ok(());
+    }
+    let Some(client) = engine.clients.get("models") else {
+        return Err(RunsError::Unavailable("no models client configured".to_owned()));
+    };
+    let listed = client
+        .with_retry(|| {
+            let request = client.request(ctx, ListModelsRequest::default());
+            let mut grpc = ModelServiceClient::new(client.channel());
+            async move { grpc.list_models(request).await }
+        })
+        .await
+        .map_err(|status| {
+            RunsError::Unavailable(format!(
+                "cannot check model `{model_name}`: the models service answered {:?}: {}",
+                status.code(),
+                status.message()
+            ))
+        })?
+        .into_inner();
+    let names: Vec<String> = listed.models.into_iter().map(|m| m.name).collect();
+    if names.iter().any(|n| n == model_name) {
+        Ok(())
+    } else {
+        Err(RunsError::invalid("config.model_name", format!("unknown model `{model_name}`; valid names: {}", names.join(", "))))
+    }
+}
+
+/// Events to publish after the admission transaction commits, and runs to stop locally.
+#[derive(Debug, Default)]
+pub struct Effects {
+    pub events: Vec<RunEvent>,
+    pub superseded: Vec<String>,
+}
+
+/// `create_or_reject`: one transaction. `req` must have passed [`sanitise`].
+pub async fn create_or_reject(engine: &Engine, user_id: &str, req: &CreateRunRequest) -> Result<(Admitted, Effects), RunsError> {
+    let fp = fingerprint(req);
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match engine.store.retry_busy(|| try_admit(engine, user_id, req, &fp)).await {
+            Err(RunsError::Store(e)) if e.is_unique_violation() => {
+                // A concurrent admission won a unique index: the same idempotency key (return its
+                // run), or the thread's active-run slot.
+                if let Some(existing) = find_by_key(engine, user_id, &req.idempotency_key).await? {
+                    return reuse(existing, &fp).map(|a| (a, Effects::default()));
+                }
+                let strategy = MultitaskStrategy::try_from(req.multitask_strategy).unwrap_or(MultitaskStrategy::Reject);
+                if attempts < 3 && !matches!(strategy, MultitaskStrategy::Reject | MultitaskStrategy::Unspecified) {
+                    continue;
+                }
+                return Err(active_run_conflict(&req.thread_id, None));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn active_run_conflict(thread_id: &str, run_id: Option<&str>) -> RunsError {
+    let run = run_id.map(|r| format!(" {r}")).unwrap_or_default();
+    let cancel = run_id.map(|r| format!(" or cancel {r}")).unwrap_or_default();
+    RunsError::Aborted(format!(
+        "thread {thread_id} has an active run{run}\nhint: retry with multitask_strategy=MULTITASK_STRATEGY_ENQUEUE (or INTERRUPT){cancel}"
+    ))
+}
+
+async fn find_by_key(engine: &Engine, user_id: &str, key: &str) -> Result<Option<runs::Model>, RunsError> {
+    if key.is_empty() {
+        return Ok(None);
+    }
+    Ok(runs::Entity::find()
+        .filter(runs::Column::UserId.eq(user_id))
+        .filter(runs::Column::IdempotencyKey.eq(key))
+        .one(engine.store.db())
+        .await?)
+}
+
+fn reuse(existing: runs::Model, fp: &str) -> Result<Admitted, RunsError> {
+    if existing.fingerprint == fp {
+        Ok(Admitted { run: existing, reused: true })
+    } else {
+        Err(RunsError::FailedPrecondition(format!(
+            "idempotency_key was already used for run {} with a different request\nhint: use a new key for a new request, or resend the original request unchanged",
+            existing.run_id
+        )))
+    }
+}
+
+async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &str) -> Result<(Admitted, Effects), RunsError> {
+    let tx = engine.store.tx().await?;
+    let now = now_ms();
+    let mut effects = Effects::default();
+
+    if !req.idempotency_key.is_empty() {
+        let existing = runs::Entity::find()
+            .filter(runs::Column::UserId.eq(user_id))
+            .filter(runs::Column::IdempotencyKey.eq(req.idempotency_key.as_str()))
+            .one(&*tx)
+            .await?;
+        if let Some(existing) = existing {
+            return reuse(existing, fp).map(|a| (a, effects));
+        }
+    }
+
+    // The thread: an existing one of this user, or a new one when no id was given.
+    let thread = if req.thread_id.is_empty() {
+        let thread = threads::Model {
+            user_id: user_id.to_owned(),
+            thread_id: uuid::Uuid::now_v7().to_string(),
+            title: String::new(),
+            metadata: "{}".to_owned(),
+            head_checkpoint_id: None,
+            latest_run_id: None,
+            created_at: now,
+            updated_at: now,
+        };
+        threads::Entity::insert(threads::ActiveModel::from(thread.clone())).exec_without_returning(&*tx).await?;
+        thread
+    } else {
+        threads::Entity::find_by_id((user_id.to_owned(), req.thread_id.clone()))
+            .one(&*tx)
+            .await?
+            .ok_or_else(|| RunsError::NotFound(format!("thread {}", req.thread_id)))?
+    };
+
+    let base_checkpoint = if req.checkpoint_id.is_empty() {
+        thread.head_checkpoint_id.clone()
+    } else {
+        let found = crate::store::entity::checkpoints::Entity::find_by_id(req.checkpoint_id.clone())
+            .filter(crate::store::entity::checkpoints::Column::UserId.eq(user_id))
+            .filter(crate::store::entity::checkpoints::Column::ThreadId.eq(thread.thread_id.as_str()))
+            .one(&*tx)
+            .await?;
+        if found.is_none() {
+            return Err(RunsError::NotFound(format!("checkpoint {} of thread {}", req.checkpoint_id, thread.thread_id)));
+        }
+        Some(req.checkpoint_id.clone())
+    };
+
+    // The multitask policy against the thread's active run.
+    let strategy = match MultitaskStrategy::try_from(req.multitask_strategy) {
+        Ok(MultitaskStrategy::Unspecified) | Err(_) => MultitaskStrategy::Reject,
+        Ok(s) => s,
+    };
+    let active = runs::Entity::find()
+        .filter(runs::Column::UserId.eq(user_id))
+        .filter(runs::Column::ThreadId.eq(thread.thread_id.as_str()))
+        .filter(runs::Column::Status.is_in(ACTIVE))
+        .filter(runs::Column::Queued.eq(false))
+        .one(&*tx)
+        .await?;
+    let mut queued = false;
+    if let Some(active) = active {
+        match strategy {
+            MultitaskStrategy::Reject | MultitaskStrategy::Unspecified => {
+                return Err(active_run_conflict(&thread.thread_id, Some(&active.run_id)));
+            }
+            MultitaskStrategy::Enqueue => queued = true,
+            // A run that is finalizing is past the point of interruption: the new one waits for it.
+            MultitaskStrategy::Interrupt | MultitaskStrategy::Rollback if active.status == FINALIZING => queued = true,
+            MultitaskStrategy::Interrupt | MultitaskStrategy::Rollback => {
+                let rollback = strategy == MultitaskStrategy::Rollback;
+                let action = if rollback { "rollback" } else { "interrupt" };
+                let ending = Ending { status: INTERRUPTED, stop_reason: "superseded".to_owned(), error: None, rollback };
+                runs::Entity::update_many()
+                    .col_expr(runs::Column::CancelAction, sea_orm::sea_query::Expr::value(action))
+                    .filter(runs::Column::RunId.eq(active.run_id.as_str()))
+                    .filter(runs::Column::CancelAction.is_null())
+                    .exec(&*tx)
+                    .await?;
+                if let Some(end) = end_by_service(&*tx, &active, &[PENDING, super::RUNNING], &ending).await? {
+                    effects.events.push(end);
+                }
+                effects.superseded.push(active.run_id.clone());
+            }
+        }
+    }
+    if queued {
+        let waiting = runs::Entity::find()
+            .filter(runs::Column::UserId.eq(user_id))
+            .filter(runs::Column::ThreadId.eq(thread.thread_id.as_str()))
+            .filter(runs::Column::Status.eq(PENDING))
+            .filter(runs::Column::Queued.eq(true))
+            .count(&*tx)
+            .await?;
+        if waiting >= u64::from(engine.config.max_queued_per_thread) {
+            return Err(RunsError::ResourceExhausted(format!(
+                "thread {} already has {waiting} queued runs; the limit is {} (runs.max_queued_per_thread)",
+                thread.thread_id, engine.config.max_queued_per_thread
+            )));
+        }
+    }
+
+    let mut stored = req.clone();
+    stored.secrets.clear();
+    stored.thread_id = thread.thread_id.clone();
+    let run_id = uuid::Uuid::now_v7().to_string();
+    let model_name = stored.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
+    let metadata = stored.metadata.as_ref().map(struct_to_json).unwrap_or_else(|| "{}".to_owned());
+    let run = runs::Model {
+        run_id: run_id.clone(),
+        user_id: user_id.to_owned(),
+        thread_id: thread.thread_id.clone(),
+        status: PENDING.to_owned(),
+        queued,
+        attempt: 0,
+        owner_worker_id: Some(engine.worker_id.clone()),
+        lease_expires_at: Some(now + engine.config.lease().as_millis() as i64),
+        cancel_action: None,
+        idempotency_key: (!req.idempotency_key.is_empty()).then(|| req.idempotency_key.clone()),
+        fingerprint: fp.to_owned(),
+        multitask_strategy: format!("{strategy:?}").to_ascii_lowercase(),
+        on_disconnect: if req.on_disconnect == OnDisconnect::Continue as i32 { "continue" } else { "cancel" }.to_owned(),
+        model_name: model_name.clone(),
+        request: stored.encode_to_vec(),
+        metadata,
+        base_checkpoint_id: base_checkpoint.clone(),
+        stop_reason: None,
+        error_code: None,
+        error_message: None,
+        final_status: None,
+        usage: RunUsage::default().encode_to_vec(),
+        delivery: None,
+        last_seq: 0,
+        created_at: now,
+        started_at: None,
+        finished_at: None,
+        updated_at: now,
+    };
+    runs::Entity::insert(runs::ActiveModel::from(run.clone())).exec_without_returning(&*tx).await?;
+    let metadata_event = Kind::Metadata(Metadata {
+        run_id: run_id.clone(),
+        thread_id: thread.thread_id.clone(),
+        attempt: 1,
+        model_name,
+        checkpoint_id: base_checkpoint.unwrap_or_default(),
+    });
+    if let Some(event) = append(&*tx, &run_id, &thread.thread_id, Writer::Service, metadata_event).await? {
+        effects.events.push(event);
+    }
+    threads::Entity::update_many()
+        .col_expr(threads::Column::LatestRunId, sea_orm::sea_query::Expr::value(run_id.as_str()))
+        .col_expr(threads::Column::UpdatedAt, sea_orm::sea_query::Expr::value(now))
+        .filter(threads::Column::UserId.eq(user_id))
+        .filter(threads::Column::ThreadId.eq(thread.thread_id.as_str()))
+        .exec(&*tx)
+        .await?;
+    tx.commit().await?;
+    let run = runs::Entity::find_by_id(run_id)
+        .one(engine.store.db())
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("admitted run vanished".to_owned()))?;
+    metrics::counter!("antler_runs_admitted_total", "strategy" => strategy.as_str_name()).increment(1);
+    Ok((Admitted { run, reused: false }, effects))
+}
+
+/// Publishes what admission committed and stops superseded local runs.
+pub fn apply(engine: &Engine, effects: Effects) {
+    engine.hub.publish(&effects.events);
+    for run_id in effects.superseded {
+        if let Some(local) = engine.local_run(&run_id) {
+            local.stop(StopCause::Cancel);
+        }
+    }
+    engine.wake.notify_one();
+}
+
+/// A Struct as a JSON object string (for storage).
+pub fn struct_to_json(value: &prost_types::Struct) -> String {
+    serde_json::to_string(&crate::json::struct_to_json(value)).unwrap_or_else(|_| "{}".to_owned())
+}

@@ -1,0 +1,196 @@
+//! FINALIZING: the exclusive step between the agent's last word and the terminal status. It writes
+//! the delivery receipt exactly once, then the terminal status, then END — always last.
+//!
+//! The two steps are separate transactions on purpose: the receipt and the intended status
+//! (`final_status`) are durable before the terminal status, so if this worker dies in between, the
+//! sweeper only adds the closing (see `lease::sweep`) and never re-runs anything.
+
+use antler_proto::runs::run_event::Kind;
+use antler_proto::runs::{DeliveryReceipt, EndEvent, OutputFile, RunError, RunEvent, RunUsage};
+use prost::Message;
+use sea_orm::sea_query::Expr;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+
+use super::{ERROR, FINALIZING, INTERRUPTED, RUNNING, SUCCESS, promote_next_queued, restore_head, status_from_str};
+use crate::engine::Engine;
+use crate::error::RunsError;
+use crate::store::entity::runs;
+use crate::store::now_ms;
+use crate::stream::{Writer, append};
+
+/// What the agent reported about files it made.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs {
+    /// Files in the outputs directory at the end of the run.
+    pub produced: Vec<OutputFile>,
+    /// Paths passed to `present_files`.
+    pub presented: Vec<String>,
+}
+
+/// How the agent's work ended, from the worker's point of view.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Completed {
+        stop_reason: String,
+        outputs: Outputs,
+    },
+    Failed(RunError),
+    /// Stopped by a cancel request (the durable `cancel_action` says which).
+    Cancelled {
+        outputs: Outputs,
+    },
+}
+
+/// The receipt: every declared output must exist and every produced output must have been presented.
+pub fn receipt(declared: &[String], outputs: &Outputs) -> DeliveryReceipt {
+    let produced_paths: Vec<&str> = outputs.produced.iter().map(|f| f.path.as_str()).collect();
+    let mut missing: Vec<String> = declared.iter().filter(|p| !produced_paths.contains(&p.as_str())).cloned().collect();
+    missing.extend(produced_paths.iter().filter(|p| !outputs.presented.iter().any(|q| q == *p)).map(|p| p.to_string()));
+    missing.sort();
+    missing.dedup();
+    DeliveryReceipt {
+        produced: outputs.produced.clone(),
+        presented: outputs.presented.clone(),
+        declared: declared.to_vec(),
+        satisfied: missing.is_empty(),
+        missing,
+    }
+}
+
+/// Finalizes a run this worker executed. Returns the committed events, or None when the worker no
+/// longer owns the run (fenced: nothing was written).
+pub async fn finalize(
+    engine: &Engine,
+    run: &runs::Model,
+    declared: &[String],
+    outcome: Outcome,
+) -> Result<Option<Vec<RunEvent>>, RunsError> {
+    let worker = engine.worker_id.as_str();
+    let (mut status, mut stop_reason, mut error, outputs, cancelled) = match outcome {
+        Outcome::Completed { stop_reason, outputs } => (SUCCESS, stop_reason, None, outputs, false),
+        Outcome::Failed(error) => (ERROR, "error".to_owned(), Some(error), Outputs::default(), false),
+        Outcome::Cancelled { outputs } => (INTERRUPTED, "cancelled".to_owned(), None, outputs, true),
+    };
+    let receipt = receipt(declared, &outputs);
+    if status == SUCCESS && !receipt.satisfied {
+        status = ERROR;
+        stop_reason = "delivery_incomplete".to_owned();
+        error = Some(RunError {
+            code: "delivery_incomplete".to_owned(),
+            message: format!("the run reported success, but these outputs were not delivered: {}", receipt.missing.join(", ")),
+            retryable: false,
+            details: None,
+        });
+    }
+
+    // Step 1: RUNNING → FINALIZING. A completion only wins while no cancel was requested: the first
+    // cancel request beats a completion that races it.
+    let tx = engine.store.tx().await?;
+    let now = now_ms();
+    let enter = |status: &'static str, stop_reason: &str, error: &Option<RunError>| {
+        runs::Entity::update_many()
+            .col_expr(runs::Column::Status, Expr::value(FINALIZING))
+            .col_expr(runs::Column::FinalStatus, Expr::value(status))
+            .col_expr(runs::Column::StopReason, Expr::value(stop_reason.to_owned()))
+            .col_expr(runs::Column::ErrorCode, Expr::value(error.as_ref().map(|e| e.code.clone())))
+            .col_expr(runs::Column::ErrorMessage, Expr::value(error.as_ref().map(|e| e.message.clone())))
+            .col_expr(runs::Column::Delivery, Expr::value(receipt.encode_to_vec()))
+            .col_expr(runs::Column::UpdatedAt, Expr::value(now))
+            .filter(runs::Column::RunId.eq(run.run_id.as_str()))
+            .filter(runs::Column::OwnerWorkerId.eq(worker))
+            .filter(runs::Column::Status.eq(RUNNING))
+    };
+    let mut entered = if cancelled {
+        0
+    } else {
+        enter(status, &stop_reason, &error).filter(runs::Column::CancelAction.is_null()).exec(&*tx).await?.rows_affected
+    };
+    let mut rollback = false;
+    if entered == 0 {
+        let current = runs::Entity::find_by_id(run.run_id.clone()).one(&*tx).await?;
+        match current {
+            Some(current)
+                if current.status == RUNNING && current.owner_worker_id.as_deref() == Some(worker) && current.cancel_action.is_some() =>
+            {
+                rollback = current.cancel_action.as_deref() == Some("rollback");
+                status = INTERRUPTED;
+                stop_reason = if rollback { "rolled_back" } else { "cancelled" }.to_owned();
+                error = None;
+                entered = enter(status, &stop_reason, &error).exec(&*tx).await?.rows_affected;
+            }
+            _ => {}
+        }
+    }
+    if entered == 0 {
+        return Ok(None);
+    }
+    let mut events = Vec::new();
+    let Some(delivery) = append(&*tx, &run.run_id, &run.thread_id, Writer::Owner(worker), Kind::Delivery(receipt)).await? else {
+        return Ok(None);
+    };
+    events.push(delivery);
+    tx.commit().await?;
+    metrics::counter!("antler_run_transitions_total", "to" => "finalizing").increment(1);
+
+    // Step 2: FINALIZING → terminal, then END.
+    let tx = engine.store.tx().await?;
+    let current = runs::Entity::find_by_id(run.run_id.clone()).one(&*tx).await?;
+    let usage = current.as_ref().map(|r| RunUsage::decode(r.usage.as_slice()).unwrap_or_default()).unwrap_or_default();
+    let closed = runs::Entity::update_many()
+        .col_expr(runs::Column::Status, Expr::value(status))
+        .col_expr(runs::Column::FinishedAt, Expr::value(now_ms()))
+        .col_expr(runs::Column::LeaseExpiresAt, Expr::value(Option::<i64>::None))
+        .col_expr(runs::Column::UpdatedAt, Expr::value(now_ms()))
+        .filter(runs::Column::RunId.eq(run.run_id.as_str()))
+        .filter(runs::Column::OwnerWorkerId.eq(worker))
+        .filter(runs::Column::Status.eq(FINALIZING))
+        .exec(&*tx)
+        .await?
+        .rows_affected;
+    if closed == 0 {
+        return Ok(Some(events));
+    }
+    if rollback {
+        restore_head(&*tx, run).await?;
+    }
+    let end = Kind::End(EndEvent {
+        status: status_from_str(status) as i32,
+        stop_reason: stop_reason.clone(),
+        error: error.clone(),
+        usage: Some(usage),
+    });
+    if let Some(end) = append(&*tx, &run.run_id, &run.thread_id, Writer::Service, end).await? {
+        events.push(end);
+    }
+    let promoted = promote_next_queued(&*tx, &run.user_id, &run.thread_id).await?;
+    tx.commit().await?;
+    metrics::counter!("antler_run_transitions_total", "to" => status).increment(1);
+    tracing::info!(run_id = %run.run_id, status, stop_reason = %stop_reason, "run finished");
+    if promoted {
+        engine.wake.notify_one();
+    }
+    Ok(Some(events))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str) -> OutputFile {
+        OutputFile { path: path.to_owned(), size: 1, sha256: String::new(), mime_type: String::new() }
+    }
+
+    #[test]
+    fn success_needs_every_declared_output_and_every_produced_one_presented() {
+        let declared = vec!["/mnt/user-data/outputs/report.md".to_owned()];
+        let none = receipt(&declared, &Outputs::default());
+        assert!(!none.satisfied);
+        assert_eq!(none.missing, declared);
+
+        let unpresented = receipt(&declared, &Outputs { produced: vec![file("/mnt/user-data/outputs/report.md")], presented: vec![] });
+        assert!(!unpresented.satisfied, "produced but never presented");
+
+        let ok = receipt(&declared, &Outputs { produced: vec![file("/mnt/user-data/outputs/report.md")], presented: declared.clone() });
+        assert!(ok.satisfied && ok.missing.is_empty());
+    }
+}

@@ -1,0 +1,287 @@
+//! Leases: a worker owns a RUNNING run only while its lease is valid. Renewal, fencing, and the
+//! sweeper that takes over runs whose worker stopped renewing.
+
+use antler_proto::runs::run_event::Kind;
+use antler_proto::runs::{Metadata, RunError};
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
+
+use super::{ACTIVE, ERROR, Ending, FINALIZING, INTERRUPTED, PENDING, RUNNING, end_by_service, promote_next_queued, status_from_str};
+use crate::engine::{Engine, StopCause};
+use crate::error::RunsError;
+use crate::store::entity::runs;
+use crate::store::now_ms;
+use crate::stream::{Writer, append};
+
+/// The result of one renewal.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// Still ours; carries a durable cancel request to act on, if any.
+    Renewed { cancel_action: Option<String> },
+    /// Someone else owns the run now, or it ended: stop and write nothing.
+    Lost,
+}
+
+/// Extends our lease on `run_id` by `runs.lease_secs`.
+pub async fn renew(engine: &Engine, run_id: &str) -> Result<Renewal, RunsError> {
+    let now = now_ms();
+    let changed = engine
+        .store
+        .retry_busy(|| async {
+            let tx = engine.store.tx().await?;
+            let changed = runs::Entity::update_many()
+                .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config.lease().as_millis() as i64))
+                .filter(runs::Column::RunId.eq(run_id))
+                .filter(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
+                .filter(runs::Column::Status.is_in([RUNNING, FINALIZING]))
+                .exec(&*tx)
+                .await?
+                .rows_affected;
+            tx.commit().await?;
+            Ok::<_, crate::store::StoreError>(changed)
+        })
+        .await?;
+    if changed == 0 {
+        return Ok(Renewal::Lost);
+    }
+    metrics::counter!("antler_lease_renewals_total").increment(1);
+    let cancel_action: Option<Option<String>> = runs::Entity::find_by_id(run_id.to_owned())
+        .select_only()
+        .column(runs::Column::CancelAction)
+        .into_tuple()
+        .one(engine.store.db())
+        .await?;
+    Ok(Renewal::Renewed { cancel_action: cancel_action.flatten() })
+}
+
+/// Keeps a local run's lease alive every third of the lease; fences the run when renewal fails past
+/// the lease's expiry, and passes durable cancel requests to the agent.
+pub async fn keep_alive(engine: std::sync::Arc<Engine>, run_id: String, local: crate::engine::LocalRun) {
+    let period = engine.config.lease() / 3;
+    let mut deadline = tokio::time::Instant::now() + engine.config.lease();
+    loop {
+        tokio::select! {
+            () = local.token.cancelled() => return,
+            () = tokio::time::sleep(period) => {}
+        }
+        match tokio::time::timeout_at(deadline, renew(&engine, &run_id)).await {
+            Ok(Ok(Renewal::Renewed { cancel_action })) => {
+                deadline = tokio::time::Instant::now() + engine.config.lease();
+                if cancel_action.is_some() {
+                    local.stop(StopCause::Cancel);
+                }
+            }
+            Ok(Ok(Renewal::Lost)) => {
+                tracing::warn!(run_id, "lease lost: another worker owns the run; stopping without further writes");
+                metrics::counter!("antler_runs_fenced_total").increment(1);
+                local.stop(StopCause::Fenced);
+                return;
+            }
+            Ok(Err(error)) if tokio::time::Instant::now() < deadline => {
+                tracing::warn!(run_id, %error, "lease renewal failed; retrying before the lease expires");
+            }
+            Ok(Err(_)) | Err(_) => {
+                tracing::warn!(run_id, "lease expired without renewal; stopping without further writes");
+                metrics::counter!("antler_runs_fenced_total").increment(1);
+                local.stop(StopCause::Fenced);
+                return;
+            }
+        }
+    }
+}
+
+/// What a sweep found to resume locally.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// Runs taken over from a dead worker (attempt already incremented), to execute here.
+    pub claimed: Vec<runs::Model>,
+}
+
+/// One sweep: take over RUNNING runs whose lease expired past the grace period, close FINALIZING
+/// runs whose finalizer died, promote queued runs stranded behind nothing, and forget expired
+/// idempotency keys. `capacity` bounds how many runs this replica claims to execute.
+pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError> {
+    let now = now_ms();
+    let expired_before = now - engine.config.grace().as_millis() as i64;
+    let mut swept = Swept::default();
+    let mut events = Vec::new();
+
+    let orphans = runs::Entity::find()
+        .filter(runs::Column::Status.is_in([RUNNING, FINALIZING]))
+        .filter(
+            sea_orm::sea_query::Condition::any()
+                .add(runs::Column::LeaseExpiresAt.is_null())
+                .add(runs::Column::LeaseExpiresAt.lt(expired_before)),
+        )
+        .all(engine.store.db())
+        .await?;
+    for run in orphans {
+        if engine.local_run(&run.run_id).is_some() {
+            continue;
+        }
+        let tx = engine.store.tx().await?;
+        let ended = if run.status == FINALIZING {
+            // The finalizer wrote the receipt and its intended status, then died: add only the closing.
+            let status = match run.final_status.as_deref() {
+                Some(s) if super::is_terminal(s) => status_str(s),
+                _ => ERROR,
+            };
+            let ending = Ending {
+                status,
+                stop_reason: run.stop_reason.clone().unwrap_or_default(),
+                error: stored_error(&run),
+                rollback: run.cancel_action.as_deref() == Some("rollback"),
+            };
+            end_by_service(&*tx, &run, &[FINALIZING], &ending).await?
+        } else if let Some(action) = run.cancel_action.as_deref() {
+            let ending = Ending {
+                status: INTERRUPTED,
+                stop_reason: if action == "rollback" { "rolled_back" } else { "cancelled" }.to_owned(),
+                error: None,
+                rollback: action == "rollback",
+            };
+            end_by_service(&*tx, &run, &[RUNNING], &ending).await?
+        } else if run.attempt >= engine.config.max_attempts as i32 {
+            let error = RunError {
+                code: "max_attempts_exceeded".to_owned(),
+                message: format!(
+                    "the run was taken over {} times without finishing (runs.max_attempts = {})",
+                    run.attempt, engine.config.max_attempts
+                ),
+                retryable: false,
+                details: None,
+            };
+            let ending = Ending { status: ERROR, stop_reason: "max_attempts_exceeded".to_owned(), error: Some(error), rollback: false };
+            end_by_service(&*tx, &run, &[RUNNING], &ending).await?
+        } else if swept.claimed.len() < capacity {
+            let claimed = claim(&*tx, engine, &run, expired_before).await?;
+            if let Some((model, event)) = claimed {
+                events.push(event);
+                swept.claimed.push(model);
+            }
+            tx.commit().await?;
+            continue;
+        } else {
+            None
+        };
+        let promoted = if let Some(end) = ended {
+            events.push(end);
+            promote_next_queued(&*tx, &run.user_id, &run.thread_id).await?
+        } else {
+            false
+        };
+        tx.commit().await?;
+        if promoted {
+            engine.wake.notify_one();
+        }
+    }
+
+    // Queued runs whose thread has no active run (their predecessor's finalizer died before promoting).
+    let stranded: Vec<(String, String)> = runs::Entity::find()
+        .select_only()
+        .column(runs::Column::UserId)
+        .column(runs::Column::ThreadId)
+        .filter(runs::Column::Status.eq(PENDING))
+        .filter(runs::Column::Queued.eq(true))
+        .distinct()
+        .into_tuple()
+        .all(engine.store.db())
+        .await?;
+    for (user_id, thread_id) in stranded {
+        let tx = engine.store.tx().await?;
+        let promoted = promote_next_queued(&*tx, &user_id, &thread_id).await?;
+        tx.commit().await?;
+        if promoted {
+            engine.wake.notify_one();
+        }
+    }
+
+    // Idempotency keys are retained for runs.idempotency_retention_secs, then free for reuse.
+    let tx = engine.store.tx().await?;
+    runs::Entity::update_many()
+        .col_expr(runs::Column::IdempotencyKey, Expr::value(Option::<String>::None))
+        .filter(runs::Column::IdempotencyKey.is_not_null())
+        .filter(runs::Column::CreatedAt.lt(now - (engine.config.idempotency_retention_secs * 1000) as i64))
+        .filter(runs::Column::Status.is_not_in(ACTIVE))
+        .exec(&*tx)
+        .await?;
+    tx.commit().await?;
+
+    engine.hub.publish(&events);
+    Ok(swept)
+}
+
+/// Takes over `run` from its dead owner: attempt + 1, our lease, a new METADATA event.
+async fn claim(
+    db: &impl sea_orm::ConnectionTrait,
+    engine: &Engine,
+    run: &runs::Model,
+    expired_before: i64,
+) -> Result<Option<(runs::Model, antler_proto::runs::RunEvent)>, RunsError> {
+    let now = now_ms();
+    let mut update = runs::Entity::update_many()
+        .col_expr(runs::Column::OwnerWorkerId, Expr::value(engine.worker_id.as_str()))
+        .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config.lease().as_millis() as i64))
+        .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
+        .col_expr(runs::Column::UpdatedAt, Expr::value(now))
+        .filter(runs::Column::RunId.eq(run.run_id.as_str()))
+        .filter(runs::Column::Status.eq(RUNNING))
+        .filter(runs::Column::CancelAction.is_null())
+        .filter(
+            sea_orm::sea_query::Condition::any()
+                .add(runs::Column::LeaseExpiresAt.is_null())
+                .add(runs::Column::LeaseExpiresAt.lt(expired_before)),
+        );
+    update = match &run.owner_worker_id {
+        Some(owner) => update.filter(runs::Column::OwnerWorkerId.eq(owner.as_str())),
+        None => update.filter(runs::Column::OwnerWorkerId.is_null()),
+    };
+    if update.exec(db).await?.rows_affected == 0 {
+        return Ok(None);
+    }
+    let attempt = run.attempt + 1;
+    tracing::info!(run_id = %run.run_id, attempt, previous_owner = ?run.owner_worker_id, "took over a run whose lease expired");
+    metrics::counter!("antler_run_takeovers_total").increment(1);
+    let meta = Kind::Metadata(Metadata {
+        run_id: run.run_id.clone(),
+        thread_id: run.thread_id.clone(),
+        attempt: attempt as u32,
+        model_name: run.model_name.clone(),
+        checkpoint_id: String::new(),
+    });
+    let Some(event) = append(db, &run.run_id, &run.thread_id, Writer::Owner(&engine.worker_id), meta).await? else { return Ok(None) };
+    let model = runs::Entity::find_by_id(run.run_id.clone()).one(db).await?;
+    Ok(model.map(|m| (m, event)))
+}
+
+/// Marks a local run's lease as expired so any worker (another replica, or this one after a restart)
+/// may resume it at once; used when shutting down.
+pub async fn release(engine: &Engine, run_id: &str) -> Result<(), RunsError> {
+    let tx = engine.store.tx().await?;
+    runs::Entity::update_many()
+        .col_expr(runs::Column::LeaseExpiresAt, Expr::value(0i64))
+        .filter(runs::Column::RunId.eq(run_id))
+        .filter(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
+        .exec(&*tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+fn status_str(s: &str) -> &'static str {
+    match status_from_str(s) {
+        antler_proto::runs::RunStatus::Success => super::SUCCESS,
+        antler_proto::runs::RunStatus::Interrupted => INTERRUPTED,
+        antler_proto::runs::RunStatus::Timeout => super::TIMEOUT,
+        _ => ERROR,
+    }
+}
+
+pub fn stored_error(run: &runs::Model) -> Option<RunError> {
+    run.error_code.as_ref().map(|code| RunError {
+        code: code.clone(),
+        message: run.error_message.clone().unwrap_or_default(),
+        retryable: false,
+        details: None,
+    })
+}

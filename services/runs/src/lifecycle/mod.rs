@@ -1,0 +1,147 @@
+//! The run state machine. Accepting an order (admission) and starting work (start) are separate
+//! commitments; every transition is a compare-and-set in the database, so concurrent clients,
+//! workers and replicas agree on one outcome.
+//!
+//! ```text
+//! PENDING ─try_start─▶ RUNNING ─▶ FINALIZING ─▶ SUCCESS | ERROR | INTERRUPTED | TIMEOUT
+//!    └─cancel─▶ INTERRUPTED        └─cancel/takeover/fencing─▶ INTERRUPTED | ERROR
+//! ```
+//! A terminal status is never overwritten by another.
+
+pub mod admission;
+pub mod cancel;
+pub mod finalize;
+pub mod lease;
+pub mod start;
+
+use antler_proto::runs::run_event::Kind;
+use antler_proto::runs::{EndEvent, RunError, RunStatus, RunUsage};
+use prost::Message;
+use sea_orm::sea_query::Expr;
+use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
+
+use crate::error::RunsError;
+use crate::store::entity::{runs, threads};
+use crate::store::now_ms;
+use crate::stream::{Writer, append};
+use antler_proto::runs::RunEvent;
+
+pub const PENDING: &str = "pending";
+pub const RUNNING: &str = "running";
+pub const FINALIZING: &str = "finalizing";
+pub const SUCCESS: &str = "success";
+pub const ERROR: &str = "error";
+pub const INTERRUPTED: &str = "interrupted";
+pub const TIMEOUT: &str = "timeout";
+
+/// Statuses in which a run occupies its thread.
+pub const ACTIVE: [&str; 3] = [PENDING, RUNNING, FINALIZING];
+
+pub fn status_from_str(status: &str) -> RunStatus {
+    match status {
+        PENDING => RunStatus::Pending,
+        RUNNING => RunStatus::Running,
+        FINALIZING => RunStatus::Finalizing,
+        SUCCESS => RunStatus::Success,
+        ERROR => RunStatus::Error,
+        INTERRUPTED => RunStatus::Interrupted,
+        TIMEOUT => RunStatus::Timeout,
+        _ => RunStatus::Unspecified,
+    }
+}
+
+pub fn is_terminal(status: &str) -> bool {
+    matches!(status, SUCCESS | ERROR | INTERRUPTED | TIMEOUT)
+}
+
+/// How the service ends a run it does not execute (cancel before start, supersession, takeover of a
+/// dead worker's run, too many attempts).
+#[derive(Debug, Clone)]
+pub struct Ending {
+    pub status: &'static str,
+    pub stop_reason: String,
+    pub error: Option<RunError>,
+    /// Restore the thread to the run's base checkpoint.
+    pub rollback: bool,
+}
+
+/// Ends `run` (currently in `from`) inside `db` and appends its END event. Returns None if the run
+/// had already moved on (someone else decided first).
+pub async fn end_by_service(
+    db: &impl ConnectionTrait,
+    run: &runs::Model,
+    from: &[&str],
+    ending: &Ending,
+) -> Result<Option<RunEvent>, RunsError> {
+    let now = now_ms();
+    let changed = runs::Entity::update_many()
+        .col_expr(runs::Column::Status, Expr::value(ending.status))
+        .col_expr(runs::Column::StopReason, Expr::value(ending.stop_reason.clone()))
+        .col_expr(runs::Column::ErrorCode, Expr::value(ending.error.as_ref().map(|e| e.code.clone())))
+        .col_expr(runs::Column::ErrorMessage, Expr::value(ending.error.as_ref().map(|e| e.message.clone())))
+        .col_expr(runs::Column::FinishedAt, Expr::value(now))
+        .col_expr(runs::Column::LeaseExpiresAt, Expr::value(Option::<i64>::None))
+        .col_expr(runs::Column::Queued, Expr::value(false))
+        .col_expr(runs::Column::UpdatedAt, Expr::value(now))
+        .filter(runs::Column::RunId.eq(run.run_id.as_str()))
+        .filter(runs::Column::Status.is_in(from.iter().copied()))
+        .exec(db)
+        .await?
+        .rows_affected;
+    if changed == 0 {
+        return Ok(None);
+    }
+    if ending.rollback {
+        restore_head(db, run).await?;
+    }
+    let usage = RunUsage::decode(run.usage.as_slice()).unwrap_or_default();
+    let end = Kind::End(EndEvent {
+        status: status_from_str(ending.status) as i32,
+        stop_reason: ending.stop_reason.clone(),
+        error: ending.error.clone(),
+        usage: Some(usage),
+    });
+    append(db, &run.run_id, &run.thread_id, Writer::Service, end).await
+}
+
+/// Puts the thread back at the checkpoint it had when `run` was admitted (ROLLBACK).
+pub async fn restore_head(db: &impl ConnectionTrait, run: &runs::Model) -> Result<(), RunsError> {
+    threads::Entity::update_many()
+        .col_expr(threads::Column::HeadCheckpointId, Expr::value(run.base_checkpoint_id.clone()))
+        .col_expr(threads::Column::UpdatedAt, Expr::value(now_ms()))
+        .filter(threads::Column::UserId.eq(run.user_id.as_str()))
+        .filter(threads::Column::ThreadId.eq(run.thread_id.as_str()))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Lets the oldest ENQUEUE run of a thread become its active run, if the thread has none. Returns
+/// whether one was promoted (the dispatcher should look for work).
+pub async fn promote_next_queued(db: &impl ConnectionTrait, user_id: &str, thread_id: &str) -> Result<bool, RunsError> {
+    let active = runs::Entity::find()
+        .filter(runs::Column::UserId.eq(user_id))
+        .filter(runs::Column::ThreadId.eq(thread_id))
+        .filter(runs::Column::Status.is_in(ACTIVE))
+        .filter(runs::Column::Queued.eq(false))
+        .one(db)
+        .await?;
+    if active.is_some() {
+        return Ok(false);
+    }
+    let next = runs::Entity::find()
+        .filter(runs::Column::UserId.eq(user_id))
+        .filter(runs::Column::ThreadId.eq(thread_id))
+        .filter(runs::Column::Status.eq(PENDING))
+        .filter(runs::Column::Queued.eq(true))
+        .order_by_asc(runs::Column::CreatedAt)
+        .order_by_asc(runs::Column::RunId)
+        .one(db)
+        .await?;
+    let Some(next) = next else { return Ok(false) };
+    let mut model: runs::ActiveModel = next.into();
+    model.queued = Set(false);
+    model.updated_at = Set(now_ms());
+    runs::Entity::update(model).exec(db).await?;
+    Ok(true)
+}

@@ -1,0 +1,70 @@
+//! `try_start`: the only way a run becomes RUNNING.
+
+use sea_orm::sea_query::{Condition, Expr, ExprTrait};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+
+use super::{PENDING, RUNNING};
+use crate::engine::Engine;
+use crate::error::RunsError;
+use crate::store::entity::runs;
+use crate::store::now_ms;
+
+/// Compare-and-set PENDING → RUNNING, only while the run is still PENDING, is its thread's active run
+/// (not queued), has no cancel request, and is ours to take: admitted by us, or by a replica whose
+/// lease on it has expired. Returns the started run, or None if someone else decided first.
+pub async fn try_start(engine: &Engine, run_id: &str) -> Result<Option<runs::Model>, RunsError> {
+    let now = now_ms();
+    let claimable = Condition::any()
+        .add(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
+        .add(runs::Column::OwnerWorkerId.is_null())
+        .add(runs::Column::LeaseExpiresAt.lt(now - engine.config.grace().as_millis() as i64));
+    let changed = engine
+        .store
+        .retry_busy(|| async {
+            let tx = engine.store.tx().await?;
+            let result = runs::Entity::update_many()
+                .col_expr(runs::Column::Status, Expr::value(RUNNING))
+                .col_expr(runs::Column::OwnerWorkerId, Expr::value(engine.worker_id.as_str()))
+                .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config.lease().as_millis() as i64))
+                .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
+                .col_expr(runs::Column::StartedAt, Expr::value(now))
+                .col_expr(runs::Column::UpdatedAt, Expr::value(now))
+                .filter(runs::Column::RunId.eq(run_id))
+                .filter(runs::Column::Status.eq(PENDING))
+                .filter(runs::Column::Queued.eq(false))
+                .filter(runs::Column::CancelAction.is_null())
+                .filter(claimable.clone())
+                .exec(&*tx)
+                .await?
+                .rows_affected;
+            tx.commit().await?;
+            Ok::<_, crate::store::StoreError>(result)
+        })
+        .await?;
+    if changed == 0 {
+        return Ok(None);
+    }
+    metrics::counter!("antler_run_transitions_total", "to" => "running").increment(1);
+    Ok(runs::Entity::find_by_id(run_id.to_owned()).one(engine.store.db()).await?)
+}
+
+/// PENDING runs this replica could start now, oldest first.
+pub async fn startable(engine: &Engine, limit: u64) -> Result<Vec<String>, RunsError> {
+    let now = now_ms();
+    let claimable = Condition::any()
+        .add(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
+        .add(runs::Column::OwnerWorkerId.is_null())
+        .add(runs::Column::LeaseExpiresAt.lt(now - engine.config.grace().as_millis() as i64));
+    Ok(runs::Entity::find()
+        .select_only()
+        .column(runs::Column::RunId)
+        .filter(runs::Column::Status.eq(PENDING))
+        .filter(runs::Column::Queued.eq(false))
+        .filter(runs::Column::CancelAction.is_null())
+        .filter(claimable)
+        .order_by_asc(runs::Column::CreatedAt)
+        .limit(limit)
+        .into_tuple::<String>()
+        .all(engine.store.db())
+        .await?)
+}

@@ -1,0 +1,9 @@
+//! sea-orm entities, one file per table. Timestamps are milliseconds since the Unix epoch (portable
+//! between SQLite and PostgreSQL, and cheap to compare in lease checks); protobuf-shaped values
+//! (requests, usage, receipts, events, checkpoints) are stored as their protobuf encoding.
+
+pub mod checkpoints;
+pub mod feedback;
+pub mod run_events;
+pub mod runs;
+pub mod threads;

@@ -1,0 +1,51 @@
+//! `runs`: the work orders. The partial unique index `runs_one_active_per_thread` (see the migration)
+//! allows at most one admitted, not-queued, non-terminal run per (user, thread).
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "runs")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub run_id: String,
+    pub user_id: String,
+    pub thread_id: String,
+    /// pending | running | finalizing | success | error | interrupted | timeout
+    pub status: String,
+    /// An ENQUEUE run waiting behind the thread's active run.
+    pub queued: bool,
+    pub attempt: i32,
+    pub owner_worker_id: Option<String>,
+    pub lease_expires_at: Option<i64>,
+    /// First cancel request wins: interrupt | rollback.
+    pub cancel_action: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub fingerprint: String,
+    pub multitask_strategy: String,
+    pub on_disconnect: String,
+    pub model_name: String,
+    /// The admitted CreateRunRequest (secrets removed), protobuf-encoded.
+    pub request: Vec<u8>,
+    pub metadata: String,
+    /// The thread head when the run was admitted: where ROLLBACK returns to.
+    pub base_checkpoint_id: Option<String>,
+    pub stop_reason: Option<String>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    /// Status the run ends with once FINALIZING completes (lets a successor finish a crashed finalize).
+    pub final_status: Option<String>,
+    /// RunUsage, protobuf-encoded.
+    pub usage: Vec<u8>,
+    /// DeliveryReceipt, protobuf-encoded, written once in FINALIZING.
+    pub delivery: Option<Vec<u8>>,
+    pub last_seq: i64,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub updated_at: i64,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,142 @@
+//! Schema migrations (sea-orm-migration), applied at start-up. Each migration is DDL written once for
+//! both backends; the few differences (binary column type) are chosen by backend.
+
+use sea_orm::DbBackend;
+use sea_orm_migration::prelude::*;
+
+/// Every migration, in order.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(Initial)]
+    }
+
+    fn migration_table_name() -> DynIden {
+        "antler_runs_migrations".into_iden()
+    }
+}
+
+struct Initial;
+
+impl MigrationName for Initial {
+    fn name(&self) -> &str {
+        "m0001_initial"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for Initial {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let blob = match manager.get_database_backend() {
+            DbBackend::Postgres => "BYTEA",
+            _ => "BLOB",
+        };
+        let db = manager.get_connection();
+        let statements = [
+            "CREATE TABLE threads (
+                user_id TEXT NOT NULL,
+                thread_id TEXT NOT NULL,
+                title TEXT NOT NULL DEFAULT '',
+                metadata TEXT NOT NULL DEFAULT '{}',
+                head_checkpoint_id TEXT,
+                latest_run_id TEXT,
+                created_at BIGINT NOT NULL,
+                updated_at BIGINT NOT NULL,
+                PRIMARY KEY (user_id, thread_id)
+            )"
+            .to_owned(),
+            "CREATE INDEX threads_by_user_created ON threads (user_id, created_at)".to_owned(),
+            format!(
+                "CREATE TABLE runs (
+                run_id TEXT PRIMARY KEY,
+                user_id TEXT NOT NULL,
+                thread_id TEXT NOT NULL,
+                status TEXT NOT NULL,
+                queued BOOLEAN NOT NULL DEFAULT FALSE,
+                attempt INTEGER NOT NULL DEFAULT 0,
+                owner_worker_id TEXT,
+                lease_expires_at BIGINT,
+                cancel_action TEXT,
+                idempotency_key TEXT,
+                fingerprint TEXT NOT NULL,
+                multitask_strategy TEXT NOT NULL,
+                on_disconnect TEXT NOT NULL,
+                model_name TEXT NOT NULL DEFAULT '',
+                request {blob} NOT NULL,
+                metadata TEXT NOT NULL DEFAULT '{{}}',
+                base_checkpoint_id TEXT,
+                stop_reason TEXT,
+                error_code TEXT,
+                error_message TEXT,
+                final_status TEXT,
+                usage {blob} NOT NULL,
+                delivery {blob},
+                last_seq BIGINT NOT NULL DEFAULT 0,
+                created_at BIGINT NOT NULL,
+                started_at BIGINT,
+                finished_at BIGINT,
+                updated_at BIGINT NOT NULL
+            )"
+            ),
+            // Invariant 2: one admitted (not queued), non-terminal run per thread, whatever the number
+            // of replicas.
+            "CREATE UNIQUE INDEX runs_one_active_per_thread ON runs (user_id, thread_id)
+                WHERE status IN ('pending', 'running', 'finalizing') AND queued = FALSE"
+                .to_owned(),
+            // Invariant 1: an idempotency key names one run per user while it is retained.
+            "CREATE UNIQUE INDEX runs_idempotency ON runs (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL".to_owned(),
+            "CREATE INDEX runs_by_thread ON runs (user_id, thread_id, created_at)".to_owned(),
+            "CREATE INDEX runs_by_status ON runs (status, lease_expires_at)".to_owned(),
+            format!(
+                "CREATE TABLE run_events (
+                run_id TEXT NOT NULL,
+                seq BIGINT NOT NULL,
+                kind INTEGER NOT NULL,
+                payload {blob} NOT NULL,
+                created_at BIGINT NOT NULL,
+                PRIMARY KEY (run_id, seq)
+            )"
+            ),
+            format!(
+                "CREATE TABLE checkpoints (
+                checkpoint_id TEXT PRIMARY KEY,
+                user_id TEXT NOT NULL,
+                thread_id TEXT NOT NULL,
+                parent_checkpoint_id TEXT,
+                run_id TEXT,
+                step BIGINT NOT NULL,
+                state {blob} NOT NULL,
+                created_at BIGINT NOT NULL
+            )"
+            ),
+            "CREATE INDEX checkpoints_by_thread ON checkpoints (user_id, thread_id, created_at)".to_owned(),
+            "CREATE TABLE feedback (
+                run_id TEXT NOT NULL,
+                user_id TEXT NOT NULL,
+                feedback_id TEXT NOT NULL,
+                thread_id TEXT NOT NULL,
+                message_id TEXT NOT NULL DEFAULT '',
+                rating INTEGER NOT NULL,
+                comment TEXT NOT NULL DEFAULT '',
+                created_at BIGINT NOT NULL,
+                updated_at BIGINT NOT NULL,
+                PRIMARY KEY (run_id, user_id)
+            )"
+            .to_owned(),
+        ];
+        for statement in statements {
+            db.execute_unprepared(&statement).await?;
+        }
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        for table in ["feedback", "checkpoints", "run_events", "runs", "threads"] {
+            db.execute_unprepared(&format!("DROP TABLE IF EXISTS {table}")).await?;
+        }
+        Ok(())
+    }
+}

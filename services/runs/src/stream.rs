@@ -1,0 +1,312 @@
+//! The event log: durable append with a per-run strictly increasing `seq`, live fan-out in this
+//! process, and subscriptions that replay from the store and then follow live with no gap and no
+//! duplicate at the seam.
+//!
+//! Seam rule: a subscriber registers for live events *before* it replays, remembers the last `seq`
+//! it delivered, drops live events at or below it, and re-reads the store whenever a live event skips
+//! ahead (it lagged, or the event was appended by another replica). The store is the truth; the live
+//! channel is only a wake-up. A bounded channel per run means a slow subscriber never blocks the run:
+//! it lags and catches up from the store.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use antler_proto::runs::run_event::Kind;
+use antler_proto::runs::{EventKind, Heartbeat, RunEvent, RunStatus};
+use prost::Message;
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::error::RunsError;
+use crate::store::entity::{run_events, runs};
+use crate::store::{Store, now_ms};
+use crate::time::to_timestamp;
+
+/// How often a subscriber re-reads the store even without a live wake-up (events appended by
+/// another replica arrive this way).
+const POLL: Duration = Duration::from_millis(500);
+/// Events read from the store per query while replaying.
+const REPLAY_PAGE: u64 = 500;
+
+/// The `EventKind` of an event payload.
+pub fn kind_of(kind: &Kind) -> EventKind {
+    match kind {
+        Kind::Metadata(_) => EventKind::Metadata,
+        Kind::Values(_) => EventKind::Values,
+        Kind::Message(_) => EventKind::Message,
+        Kind::MessageDelta(_) => EventKind::MessageDelta,
+        Kind::Update(_) => EventKind::Update,
+        Kind::ToolStarted(_) => EventKind::ToolStarted,
+        Kind::ToolFinished(_) => EventKind::ToolFinished,
+        Kind::Custom(_) => EventKind::Custom,
+        Kind::Subagent(_) => EventKind::Subagent,
+        Kind::Clarification(_) => EventKind::Clarification,
+        Kind::Delivery(_) => EventKind::Delivery,
+        Kind::Error(_) => EventKind::Error,
+        Kind::Heartbeat(_) => EventKind::Heartbeat,
+        Kind::End(_) => EventKind::End,
+    }
+}
+
+/// Who may append: a worker only while it owns the run, or the service itself (admission, cancel,
+/// takeover), which has already settled ownership in the same transaction.
+#[derive(Debug, Clone, Copy)]
+pub enum Writer<'a> {
+    Owner(&'a str),
+    Service,
+}
+
+/// Appends one event inside `db` (a transaction). Returns None when `writer` no longer owns the run
+/// (fenced): nothing was written.
+pub async fn append(
+    db: &impl ConnectionTrait,
+    run_id: &str,
+    thread_id: &str,
+    writer: Writer<'_>,
+    kind: Kind,
+) -> Result<Option<RunEvent>, RunsError> {
+    let now = now_ms();
+    let mut update = runs::Entity::update_many()
+        .col_expr(runs::Column::LastSeq, Expr::col(runs::Column::LastSeq).add(1))
+        .col_expr(runs::Column::UpdatedAt, Expr::value(now))
+        .filter(runs::Column::RunId.eq(run_id));
+    if let Writer::Owner(worker) = writer {
+        update = update.filter(runs::Column::OwnerWorkerId.eq(worker)).filter(runs::Column::Status.is_in(["running", "finalizing"]));
+    }
+    if update.exec(db).await?.rows_affected == 0 {
+        return Ok(None);
+    }
+    let seq: i64 = runs::Entity::find_by_id(run_id.to_owned())
+        .select_only()
+        .column(runs::Column::LastSeq)
+        .into_tuple()
+        .one(db)
+        .await?
+        .ok_or_else(|| RunsError::NotFound(format!("run {run_id}")))?;
+    let event = RunEvent {
+        run_id: run_id.to_owned(),
+        seq: seq as u64,
+        time: Some(to_timestamp(now)),
+        thread_id: thread_id.to_owned(),
+        task_id: String::new(),
+        kind: Some(kind),
+    };
+    let kind_number = event.kind.as_ref().map(kind_of).unwrap_or(EventKind::Unspecified) as i32;
+    run_events::Entity::insert(run_events::ActiveModel {
+        run_id: Set(run_id.to_owned()),
+        seq: Set(seq),
+        kind: Set(kind_number),
+        payload: Set(event.encode_to_vec()),
+        created_at: Set(now),
+    })
+    .exec_without_returning(db)
+    .await?;
+    Ok(Some(event))
+}
+
+/// Reads stored events after `after_seq`, oldest first.
+pub async fn read_after(store: &Store, run_id: &str, after_seq: u64, kinds: &[i32], limit: u64) -> Result<Vec<RunEvent>, RunsError> {
+    let mut query = run_events::Entity::find()
+        .filter(run_events::Column::RunId.eq(run_id))
+        .filter(run_events::Column::Seq.gt(after_seq as i64))
+        .order_by_asc(run_events::Column::Seq)
+        .limit(limit);
+    if !kinds.is_empty() {
+        query = query.filter(run_events::Column::Kind.is_in(kinds.iter().copied()));
+    }
+    let rows = query.all(store.db()).await?;
+    rows.into_iter().map(|row| RunEvent::decode(row.payload.as_slice()).map_err(|e| RunsError::Store(e.into()))).collect()
+}
+
+/// Live fan-out of committed events to subscribers in this process.
+#[derive(Debug)]
+pub struct EventHub {
+    channels: Mutex<HashMap<String, broadcast::Sender<RunEvent>>>,
+    capacity: usize,
+}
+
+impl EventHub {
+    pub fn new(capacity: usize) -> Self {
+        Self { channels: Mutex::new(HashMap::new()), capacity }
+    }
+
+    /// Delivers committed events to live subscribers (call after the transaction commits).
+    pub fn publish(&self, events: &[RunEvent]) {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        for event in events {
+            if let Some(sender) = channels.get(&event.run_id) {
+                let _ = sender.send(event.clone());
+                if matches!(event.kind, Some(Kind::End(_))) || sender.receiver_count() == 0 {
+                    channels.remove(&event.run_id);
+                }
+            }
+        }
+    }
+
+    fn subscribe(&self, run_id: &str) -> broadcast::Receiver<RunEvent> {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels.entry(run_id.to_owned()).or_insert_with(|| broadcast::channel(self.capacity).0).subscribe()
+    }
+
+    fn release(&self, run_id: &str) {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if channels.get(run_id).is_some_and(|s| s.receiver_count() == 0) {
+            channels.remove(run_id);
+        }
+    }
+}
+
+/// What a subscription delivers.
+#[derive(Debug, Clone)]
+pub struct Subscription {
+    pub run_id: String,
+    pub thread_id: String,
+    pub after_seq: u64,
+    /// Kinds wanted (empty: all). METADATA, ERROR, HEARTBEAT and END are always delivered.
+    pub kinds: Vec<i32>,
+    pub heartbeat: Duration,
+}
+
+fn wanted(kinds: &[i32], event: &RunEvent) -> bool {
+    let Some(kind) = event.kind.as_ref().map(kind_of) else { return false };
+    kinds.is_empty()
+        || matches!(kind, EventKind::Metadata | EventKind::Error | EventKind::Heartbeat | EventKind::End)
+        || kinds.contains(&(kind as i32))
+}
+
+/// Streams a run's events into `out` until its END event, or until `out` is closed (client gone).
+/// Returns whether END was delivered.
+pub async fn follow(store: Store, hub: Arc<EventHub>, sub: Subscription, out: mpsc::Sender<Result<RunEvent, tonic::Status>>) -> bool {
+    let mut live = hub.subscribe(&sub.run_id);
+    let mut cursor = Cursor { last: sub.after_seq, last_sent: Instant::now() };
+    let outcome = async {
+        if cursor.catch_up(&store, &sub, &out).await? {
+            return Ok::<bool, Stop>(true);
+        }
+        loop {
+            tokio::select! {
+                received = live.recv() => match received {
+                    Ok(event) if event.seq <= cursor.last => {}
+                    Ok(event) if event.seq == cursor.last + 1 => {
+                        if cursor.deliver(&sub, event, &out).await? {
+                            return Ok(true);
+                        }
+                    }
+                    // Skipped ahead, lagged or closed: the store has everything in order.
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if cursor.catch_up(&store, &sub, &out).await? {
+                            return Ok(true);
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => {
+                        live = hub.subscribe(&sub.run_id);
+                        if cursor.catch_up(&store, &sub, &out).await? {
+                            return Ok(true);
+                        }
+                    }
+                },
+                () = tokio::time::sleep(POLL) => {
+                    if cursor.catch_up(&store, &sub, &out).await? {
+                        return Ok(true);
+                    }
+                    if cursor.last_sent.elapsed() >= sub.heartbeat {
+                        cursor.heartbeat(&store, &sub, &out).await?;
+                    }
+                }
+                () = out.closed() => return Err(Stop::ClientGone),
+            }
+        }
+    }
+    .await;
+    drop(live);
+    hub.release(&sub.run_id);
+    match outcome {
+        Ok(ended) => ended,
+        Err(Stop::Failed(status)) => {
+            let _ = out.send(Err(status)).await;
+            false
+        }
+        Err(Stop::ClientGone) => false,
+    }
+}
+
+enum Stop {
+    ClientGone,
+    Failed(tonic::Status),
+}
+
+struct Cursor {
+    last: u64,
+    last_sent: Instant,
+}
+
+impl Cursor {
+    /// Delivers everything stored after `last`; true once END was delivered.
+    async fn catch_up(
+        &mut self,
+        store: &Store,
+        sub: &Subscription,
+        out: &mpsc::Sender<Result<RunEvent, tonic::Status>>,
+    ) -> Result<bool, Stop> {
+        loop {
+            let page = read_after(store, &sub.run_id, self.last, &[], REPLAY_PAGE)
+                .await
+                .map_err(|e| Stop::Failed(crate::api::error::to_status(e)))?;
+            let full = page.len() as u64 == REPLAY_PAGE;
+            for event in page {
+                if self.deliver(sub, event, out).await? {
+                    return Ok(true);
+                }
+            }
+            if !full {
+                return Ok(false);
+            }
+        }
+    }
+
+    async fn deliver(
+        &mut self,
+        sub: &Subscription,
+        event: RunEvent,
+        out: &mpsc::Sender<Result<RunEvent, tonic::Status>>,
+    ) -> Result<bool, Stop> {
+        self.last = event.seq;
+        let end = matches!(event.kind, Some(Kind::End(_)));
+        if wanted(&sub.kinds, &event) {
+            out.send(Ok(event)).await.map_err(|_| Stop::ClientGone)?;
+            self.last_sent = Instant::now();
+        }
+        Ok(end)
+    }
+
+    async fn heartbeat(
+        &mut self,
+        store: &Store,
+        sub: &Subscription,
+        out: &mpsc::Sender<Result<RunEvent, tonic::Status>>,
+    ) -> Result<(), Stop> {
+        let status = runs::Entity::find_by_id(sub.run_id.clone())
+            .select_only()
+            .column(runs::Column::Status)
+            .into_tuple::<String>()
+            .one(store.db())
+            .await
+            .ok()
+            .flatten()
+            .map(|s| crate::lifecycle::status_from_str(&s))
+            .unwrap_or(RunStatus::Unspecified);
+        let event = RunEvent {
+            run_id: sub.run_id.clone(),
+            seq: 0,
+            time: Some(to_timestamp(now_ms())),
+            thread_id: sub.thread_id.clone(),
+            task_id: String::new(),
+            kind: Some(Kind::Heartbeat(Heartbeat { last_seq: self.last, status: status as i32 })),
+        };
+        out.send(Ok(event)).await.map_err(|_| Stop::ClientGone)?;
+        self.last_sent = Instant::now();
+        Ok(())
+    }
+}

@@ -1,0 +1,349 @@
+//! Threads: the conversations runs belong to. A thread's status is derived from its runs when read
+//! (busy while a run is active, else from its latest run), so it can never go stale.
+
+use antler_proto::runs::{Checkpoint, Thread, ThreadState, ThreadStatus};
+use prost::Message;
+use sea_orm::sea_query::{Condition, Expr};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+
+use crate::engine::Engine;
+use crate::error::RunsError;
+use crate::json::{json_text_to_struct, struct_to_json};
+use crate::lifecycle::{ACTIVE, ERROR, INTERRUPTED};
+use crate::paging;
+use crate::store::entity::{checkpoints, feedback, run_events, runs, threads};
+use crate::store::now_ms;
+use crate::time::to_timestamp;
+
+/// Metadata keys only the server sets; stripped from client input.
+const RESERVED_KEYS: [&str; 5] = ["owner_id", "user_id", "owner", "auth_user", "thread_id"];
+
+pub fn valid_thread_id(id: &str) -> bool {
+    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn sanitise_metadata(metadata: Option<prost_types::Struct>, max: u32) -> Result<serde_json::Map<String, serde_json::Value>, RunsError> {
+    let mut metadata = metadata.unwrap_or_default();
+    metadata.fields.retain(|k, _| !k.starts_with("__") && !RESERVED_KEYS.contains(&k.as_str()));
+    if metadata.encoded_len() > max as usize {
+        return Err(RunsError::invalid(
+            "metadata",
+            format!("{} bytes; the limit is {max} (runs.max_metadata_bytes)", metadata.encoded_len()),
+        ));
+    }
+    match struct_to_json(&metadata) {
+        serde_json::Value::Object(map) => Ok(map),
+        _ => Ok(serde_json::Map::new()),
+    }
+}
+
+pub async fn find(engine: &Engine, user_id: &str, thread_id: &str) -> Result<threads::Model, RunsError> {
+    if !valid_thread_id(thread_id) {
+        return Err(RunsError::NotFound(format!("thread {thread_id}")));
+    }
+    threads::Entity::find_by_id((user_id.to_owned(), thread_id.to_owned()))
+        .one(engine.store.db())
+        .await?
+        .ok_or_else(|| RunsError::NotFound(format!("thread {thread_id}")))
+}
+
+/// Creates a thread, or returns the caller's existing one with that id (created = false).
+pub async fn create(
+    engine: &Engine,
+    user_id: &str,
+    thread_id: &str,
+    title: &str,
+    metadata: Option<prost_types::Struct>,
+) -> Result<(threads::Model, bool), RunsError> {
+    if !thread_id.is_empty() && !valid_thread_id(thread_id) {
+        return Err(RunsError::invalid("thread_id", format!("`{thread_id}` must match ^[A-Za-z0-9_-]{{1,64}}$")));
+    }
+    if title.chars().count() > 256 {
+        return Err(RunsError::invalid("title", "is longer than 256 characters"));
+    }
+    let metadata = sanitise_metadata(metadata, engine.config.max_metadata_bytes)?;
+    let id = if thread_id.is_empty() { uuid::Uuid::now_v7().to_string() } else { thread_id.to_owned() };
+    if let Some(existing) = threads::Entity::find_by_id((user_id.to_owned(), id.clone())).one(engine.store.db()).await? {
+        return Ok((existing, false));
+    }
+    let now = now_ms();
+    let model = threads::Model {
+        user_id: user_id.to_owned(),
+        thread_id: id.clone(),
+        title: title.to_owned(),
+        metadata: serde_json::Value::Object(metadata).to_string(),
+        head_checkpoint_id: None,
+        latest_run_id: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let tx = engine.store.tx().await?;
+    let inserted = threads::Entity::insert(threads::ActiveModel::from(model.clone())).exec_without_returning(&*tx).await;
+    match inserted {
+        Ok(_) => {
+            tx.commit().await?;
+            Ok((model, true))
+        }
+        // A concurrent create of the same id won: return its thread.
+        Err(e) if crate::store::StoreError::Db(e.clone()).is_unique_violation() => {
+            drop(tx);
+            Ok((find(engine, user_id, &id).await?, false))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Merges `metadata` into the thread's (a null value removes a key) and sets the title if given.
+pub async fn update(
+    engine: &Engine,
+    user_id: &str,
+    thread_id: &str,
+    title: Option<String>,
+    metadata: Option<prost_types::Struct>,
+) -> Result<threads::Model, RunsError> {
+    let thread = find(engine, user_id, thread_id).await?;
+    let patch = sanitise_metadata(metadata, engine.config.max_metadata_bytes)?;
+    let mut current = match serde_json::from_str::<serde_json::Value>(&thread.metadata) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    for (key, value) in patch {
+        if value.is_null() {
+            current.remove(&key);
+        } else {
+            current.insert(key, value);
+        }
+    }
+    let merged = serde_json::Value::Object(current).to_string();
+    if merged.len() > engine.config.max_metadata_bytes as usize {
+        return Err(RunsError::invalid(
+            "metadata",
+            format!("the merged metadata would be {} bytes; the limit is {}", merged.len(), engine.config.max_metadata_bytes),
+        ));
+    }
+    if let Some(title) = &title
+        && title.chars().count() > 256
+    {
+        return Err(RunsError::invalid("title", "is longer than 256 characters"));
+    }
+    let tx = engine.store.tx().await?;
+    let mut update = threads::Entity::update_many()
+        .col_expr(threads::Column::Metadata, Expr::value(merged))
+        .col_expr(threads::Column::UpdatedAt, Expr::value(now_ms()))
+        .filter(threads::Column::UserId.eq(user_id))
+        .filter(threads::Column::ThreadId.eq(thread_id));
+    if let Some(title) = title {
+        update = update.col_expr(threads::Column::Title, Expr::value(title));
+    }
+    update.exec(&*tx).await?;
+    tx.commit().await?;
+    find(engine, user_id, thread_id).await
+}
+
+/// Deletes a thread with its runs, events, checkpoints and feedback. FAILED_PRECONDITION while a run
+/// is active. Returns how many runs were removed.
+pub async fn delete(engine: &Engine, user_id: &str, thread_id: &str) -> Result<u64, RunsError> {
+    find(engine, user_id, thread_id).await?;
+    let tx = engine.store.tx().await?;
+    let active = runs::Entity::find()
+        .filter(runs::Column::UserId.eq(user_id))
+        .filter(runs::Column::ThreadId.eq(thread_id))
+        .filter(runs::Column::Status.is_in(ACTIVE))
+        .one(&*tx)
+        .await?;
+    if let Some(active) = active {
+        return Err(RunsError::FailedPrecondition(format!(
+            "thread {thread_id} has an active run {}\nhint: cancel it first, or set cancel_active_run",
+            active.run_id
+        )));
+    }
+    let run_ids: Vec<String> = runs::Entity::find()
+        .select_only()
+        .column(runs::Column::RunId)
+        .filter(runs::Column::UserId.eq(user_id))
+        .filter(runs::Column::ThreadId.eq(thread_id))
+        .into_tuple()
+        .all(&*tx)
+        .await?;
+    for chunk in run_ids.chunks(500) {
+        run_events::Entity::delete_many().filter(run_events::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
+        feedback::Entity::delete_many().filter(feedback::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
+    }
+    runs::Entity::delete_many().filter(runs::Column::UserId.eq(user_id)).filter(runs::Column::ThreadId.eq(thread_id)).exec(&*tx).await?;
+    checkpoints::Entity::delete_many()
+        .filter(checkpoints::Column::UserId.eq(user_id))
+        .filter(checkpoints::Column::ThreadId.eq(thread_id))
+        .exec(&*tx)
+        .await?;
+    threads::Entity::delete_many()
+        .filter(threads::Column::UserId.eq(user_id))
+        .filter(threads::Column::ThreadId.eq(thread_id))
+        .exec(&*tx)
+        .await?;
+    tx.commit().await?;
+    Ok(run_ids.len() as u64)
+}
+
+/// The thread's status, derived from its runs.
+pub async fn status(engine: &Engine, thread: &threads::Model) -> Result<(ThreadStatus, Option<String>), RunsError> {
+    let active = runs::Entity::find()
+        .filter(runs::Column::UserId.eq(thread.user_id.as_str()))
+        .filter(runs::Column::ThreadId.eq(thread.thread_id.as_str()))
+        .filter(runs::Column::Status.is_in(ACTIVE))
+        .filter(runs::Column::Queued.eq(false))
+        .one(engine.store.db())
+        .await?;
+    if let Some(active) = active {
+        return Ok((ThreadStatus::Busy, Some(active.run_id)));
+    }
+    let Some(latest) = &thread.latest_run_id else { return Ok((ThreadStatus::Idle, None)) };
+    let latest = runs::Entity::find_by_id(latest.clone()).one(engine.store.db()).await?;
+    let status = match latest {
+        Some(run) if run.status == ERROR => ThreadStatus::Error,
+        Some(run)
+            if run.stop_reason.as_deref() == Some("clarification")
+                || (run.status == INTERRUPTED && run.stop_reason.as_deref() == Some("breakpoint")) =>
+        {
+            ThreadStatus::Interrupted
+        }
+        _ => ThreadStatus::Idle,
+    };
+    Ok((status, None))
+}
+
+/// The head checkpoint (or a named one) of a thread.
+pub async fn checkpoint(engine: &Engine, thread: &threads::Model, checkpoint_id: Option<&str>) -> Result<Option<Checkpoint>, RunsError> {
+    let id = match checkpoint_id {
+        Some(id) => Some(id.to_owned()),
+        None => thread.head_checkpoint_id.clone(),
+    };
+    let Some(id) = id else { return Ok(None) };
+    let row = checkpoints::Entity::find_by_id(id.clone())
+        .filter(checkpoints::Column::UserId.eq(thread.user_id.as_str()))
+        .filter(checkpoints::Column::ThreadId.eq(thread.thread_id.as_str()))
+        .one(engine.store.db())
+        .await?
+        .ok_or_else(|| RunsError::NotFound(format!("checkpoint {id}")))?;
+    Ok(Some(Checkpoint::decode(row.state.as_slice()).map_err(|e| RunsError::Store(e.into()))?))
+}
+
+pub async fn to_proto(engine: &Engine, thread: &threads::Model, include_values: bool) -> Result<Thread, RunsError> {
+    let (status, active) = status(engine, thread).await?;
+    let values = if include_values { checkpoint(engine, thread, None).await?.and_then(|c| c.values) } else { None };
+    Ok(Thread {
+        thread_id: thread.thread_id.clone(),
+        status: status as i32,
+        title: thread.title.clone(),
+        metadata: Some(json_text_to_struct(&thread.metadata)),
+        created_at: Some(to_timestamp(thread.created_at)),
+        updated_at: Some(to_timestamp(thread.updated_at)),
+        values,
+        active_run_id: active.unwrap_or_default(),
+        latest_run_id: thread.latest_run_id.clone().unwrap_or_default(),
+    })
+}
+
+pub async fn state(engine: &Engine, thread: &threads::Model, checkpoint_id: Option<&str>) -> Result<ThreadState, RunsError> {
+    let (status, _) = status(engine, thread).await?;
+    Ok(ThreadState {
+        thread_id: thread.thread_id.clone(),
+        checkpoint: checkpoint(engine, thread, checkpoint_id).await?,
+        next: Vec::new(),
+        pending_clarification: None,
+        status: status as i32,
+    })
+}
+
+/// The caller's threads, newest first, filtered by exact metadata matches and status.
+pub async fn list(
+    engine: &Engine,
+    user_id: &str,
+    metadata: Option<prost_types::Struct>,
+    status_filter: ThreadStatus,
+    page_size: u64,
+    token: &str,
+) -> Result<(Vec<threads::Model>, String), RunsError> {
+    let wanted = match metadata.map(|m| struct_to_json(&m)) {
+        Some(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    let mut cursor = paging::decode(token, "page.page_token")?;
+    let mut out = Vec::new();
+    // Filters are applied in memory after fetching by cursor; scan in batches until the page fills.
+    loop {
+        let mut query = threads::Entity::find()
+            .filter(threads::Column::UserId.eq(user_id))
+            .order_by_desc(threads::Column::CreatedAt)
+            .order_by_desc(threads::Column::ThreadId)
+            .limit(page_size.max(50));
+        if let Some((at, id)) = &cursor {
+            query = query.filter(
+                Condition::any()
+                    .add(threads::Column::CreatedAt.lt(*at))
+                    .add(Condition::all().add(threads::Column::CreatedAt.eq(*at)).add(threads::Column::ThreadId.lt(id.as_str()))),
+            );
+        }
+        let batch = query.all(engine.store.db()).await?;
+        let exhausted = (batch.len() as u64) < page_size.max(50);
+        for thread in batch {
+            cursor = Some((thread.created_at, thread.thread_id.clone()));
+            let meta: serde_json::Value = serde_json::from_str(&thread.metadata).unwrap_or_default();
+            if !wanted.iter().all(|(k, v)| meta.get(k) == Some(v)) {
+                continue;
+            }
+            if status_filter != ThreadStatus::Unspecified && status(engine, &thread).await?.0 != status_filter {
+                continue;
+            }
+            out.push(thread);
+            if out.len() as u64 == page_size {
+                let next = out.last().map(|t| paging::encode(t.created_at, &t.thread_id)).unwrap_or_default();
+                return Ok((out, next));
+            }
+        }
+        if exhausted {
+            return Ok((out, String::new()));
+        }
+    }
+}
+
+/// Checkpoints of a thread, newest first.
+pub async fn history(
+    engine: &Engine,
+    thread: &threads::Model,
+    run_id: &str,
+    page_size: u64,
+    token: &str,
+    include_messages: bool,
+) -> Result<(Vec<Checkpoint>, String), RunsError> {
+    let mut query = checkpoints::Entity::find()
+        .filter(checkpoints::Column::UserId.eq(thread.user_id.as_str()))
+        .filter(checkpoints::Column::ThreadId.eq(thread.thread_id.as_str()))
+        .order_by_desc(checkpoints::Column::CreatedAt)
+        .order_by_desc(checkpoints::Column::CheckpointId)
+        .limit(page_size);
+    if !run_id.is_empty() {
+        query = query.filter(checkpoints::Column::RunId.eq(run_id));
+    }
+    if let Some((at, id)) = paging::decode(token, "page.page_token")? {
+        query = query.filter(
+            Condition::any()
+                .add(checkpoints::Column::CreatedAt.lt(at))
+                .add(Condition::all().add(checkpoints::Column::CreatedAt.eq(at)).add(checkpoints::Column::CheckpointId.lt(id))),
+        );
+    }
+    let rows = query.all(engine.store.db()).await?;
+    let next = if rows.len() as u64 == page_size {
+        rows.last().map(|r| paging::encode(r.created_at, &r.checkpoint_id)).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut checkpoint = Checkpoint::decode(row.state.as_slice()).map_err(|e| RunsError::Store(e.into()))?;
+        if !include_messages {
+            checkpoint.messages.clear();
+        }
+        out.push(checkpoint);
+    }
+    Ok((out, next))
+}

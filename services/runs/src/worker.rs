@@ -1,0 +1,220 @@
+//! The worker pool of one replica: a dispatcher that starts PENDING runs through `try_start` (within
+//! `runs.max_concurrent_runs`), a sweeper that takes over expired leases, and the execution of each
+//! run: build the agent, keep the lease alive, run, finalize.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use antler_proto::runs::{Checkpoint, CreateRunRequest, RunError};
+use prost::Message;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
+
+use crate::agent::{AgentContext, RunSpec};
+use crate::engine::{Engine, LocalRun, StopCause};
+use crate::lifecycle::finalize::{self, Outcome, Outputs};
+use crate::lifecycle::{lease, start};
+use crate::store::entity::{checkpoints, runs};
+
+/// Starts the dispatcher and the sweeper; both stop at shutdown. The first sweep runs before this
+/// returns, so runs orphaned by a crash are claimed at start-up.
+pub async fn spawn(engine: Arc<Engine>) {
+    if let Err(error) = sweep_once(&engine).await {
+        tracing::warn!(%error, "start-up sweep failed; the periodic sweep will retry");
+    }
+    tokio::spawn(dispatch(engine.clone()).instrument(tracing::info_span!("dispatcher")));
+    tokio::spawn(sweeper(engine).instrument(tracing::info_span!("sweeper")));
+}
+
+async fn dispatch(engine: Arc<Engine>) {
+    loop {
+        tokio::select! {
+            () = engine.shutdown.cancelled() => return,
+            () = engine.wake.notified() => {}
+            // Runs admitted by other replicas (or whose admitting replica died) are found by polling.
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        loop {
+            let free = engine.permits.available_permits();
+            if free == 0 {
+                break;
+            }
+            let candidates = match start::startable(&engine, free as u64).await {
+                Ok(c) => c,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot list startable runs");
+                    break;
+                }
+            };
+            if candidates.is_empty() {
+                break;
+            }
+            let mut started_any = false;
+            for run_id in candidates {
+                let Ok(permit) = engine.permits.clone().try_acquire_owned() else { break };
+                match start::try_start(&engine, &run_id).await {
+                    Ok(Some(run)) => {
+                        started_any = true;
+                        launch(engine.clone(), run, permit, false);
+                    }
+                    Ok(None) => {}
+                    Err(error) => tracing::warn!(run_id, %error, "try_start failed"),
+                }
+            }
+            if !started_any {
+                break;
+            }
+        }
+    }
+}
+
+async fn sweeper(engine: Arc<Engine>) {
+    let period = Duration::from_secs(engine.config.sweep_interval_secs);
+    loop {
+        tokio::select! {
+            () = engine.shutdown.cancelled() => return,
+            () = tokio::time::sleep(period) => {}
+        }
+        if let Err(error) = sweep_once(&engine).await {
+            tracing::warn!(%error, "sweep failed");
+        }
+    }
+}
+
+async fn sweep_once(engine: &Arc<Engine>) -> Result<(), crate::error::RunsError> {
+    let swept = lease::sweep(engine, engine.permits.available_permits()).await?;
+    for run in swept.claimed {
+        match engine.permits.clone().try_acquire_owned() {
+            Ok(permit) => launch(engine.clone(), run, permit, true),
+            // Capacity went away meanwhile: let the lease lapse so another worker (or a later sweep)
+            // claims the run again.
+            Err(_) => lease::release(engine, &run.run_id).await?,
+        }
+    }
+    engine.wake.notify_one();
+    Ok(())
+}
+
+fn launch(engine: Arc<Engine>, run: runs::Model, permit: OwnedSemaphorePermit, resumed: bool) {
+    let span = tracing::info_span!("run", run_id = %run.run_id, attempt = run.attempt);
+    tokio::spawn(
+        async move {
+            execute(&engine, run, resumed).await;
+            drop(permit);
+            engine.wake.notify_one();
+        }
+        .instrument(span),
+    );
+}
+
+async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
+    let local = LocalRun::new();
+    engine.local.lock().unwrap_or_else(|p| p.into_inner()).insert(run.run_id.clone(), local.clone());
+    let keep_alive = tokio::spawn(lease::keep_alive(engine.clone(), run.run_id.clone(), local.clone()));
+
+    let request = CreateRunRequest::decode(run.request.as_slice()).unwrap_or_default();
+    let declared = request.expected_outputs.clone();
+    let outcome = match resume_point(engine, &run, resumed).await {
+        Ok(resume_from) => {
+            let spec = RunSpec {
+                run_id: run.run_id.clone(),
+                thread_id: run.thread_id.clone(),
+                user_id: run.user_id.clone(),
+                attempt: run.attempt as u32,
+                request,
+                resume_from,
+                resumed,
+            };
+            match engine.agents.build(&spec) {
+                Ok(agent) => {
+                    let n = engine.constructed.fetch_add(1, Ordering::SeqCst) + 1;
+                    tracing::info!(run_id = %run.run_id, constructed_total = n, "agent constructed");
+                    let ctx = AgentContext { engine: engine.clone(), spec, local: local.clone() };
+                    // A panicking agent must not take the worker down with it.
+                    match tokio::spawn(agent.run(ctx)).await {
+                        Ok(outcome) => outcome,
+                        Err(join) => Outcome::Failed(RunError {
+                            code: "agent_panicked".to_owned(),
+                            message: join.to_string(),
+                            retryable: false,
+                            details: None,
+                        }),
+                    }
+                }
+                Err(error) => Outcome::Failed(error),
+            }
+        }
+        Err(error) => {
+            Outcome::Failed(RunError { code: "resume_failed".to_owned(), message: error.to_string(), retryable: true, details: None })
+        }
+    };
+
+    let outcome = match local.cause() {
+        Some(StopCause::Cancel) => match outcome {
+            Outcome::Failed(_) | Outcome::Cancelled { .. } => Outcome::Cancelled { outputs: Outputs::default() },
+            completed => completed,
+        },
+        _ => outcome,
+    };
+    match local.cause() {
+        // Fenced or released: another worker owns the run's future. Write nothing.
+        Some(StopCause::Fenced) | Some(StopCause::Release) => {
+            tracing::info!(run_id = %run.run_id, "stopped without finalizing (lease lost or released)")
+        }
+        _ => match finalize::finalize(engine, &run, &declared, outcome).await {
+            Ok(Some(events)) => engine.hub.publish(&events),
+            Ok(None) => tracing::info!(run_id = %run.run_id, "fenced at finalization: nothing written"),
+            Err(error) => {
+                tracing::error!(run_id = %run.run_id, %error, "finalization failed; the sweeper closes the run after its lease expires")
+            }
+        },
+    }
+    local.token.cancel();
+    keep_alive.abort();
+    engine.local.lock().unwrap_or_else(|p| p.into_inner()).remove(&run.run_id);
+}
+
+/// Where the agent starts: on a resumed attempt, the run's own latest checkpoint; otherwise the
+/// thread's state when the run was admitted.
+async fn resume_point(engine: &Engine, run: &runs::Model, resumed: bool) -> Result<Option<Checkpoint>, crate::error::RunsError> {
+    let row = if resumed {
+        checkpoints::Entity::find()
+            .filter(checkpoints::Column::RunId.eq(run.run_id.as_str()))
+            .order_by_desc(checkpoints::Column::CreatedAt)
+            .order_by_desc(checkpoints::Column::CheckpointId)
+            .one(engine.store.db())
+            .await?
+    } else {
+        None
+    };
+    let row = match (row, &run.base_checkpoint_id) {
+        (Some(row), _) => Some(row),
+        (None, Some(base)) => checkpoints::Entity::find_by_id(base.clone()).one(engine.store.db()).await?,
+        (None, None) => None,
+    };
+    row.map(|r| Checkpoint::decode(r.state.as_slice()).map_err(|e| crate::error::RunsError::Store(e.into()))).transpose()
+}
+
+/// Shutdown: stop admitting, give local runs `runs.drain_secs` to finish, then release their leases so
+/// another replica (or the next start) resumes them instead of marking them failed.
+pub async fn drain(engine: Arc<Engine>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(engine.config.drain_secs);
+    while tokio::time::Instant::now() < deadline {
+        if engine.local.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let remaining: Vec<(String, LocalRun)> =
+        engine.local.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    for (run_id, local) in remaining {
+        local.stop(StopCause::Release);
+        if let Err(error) = lease::release(&engine, &run_id).await {
+            tracing::warn!(run_id, %error, "could not release the lease; it expires on its own");
+        } else {
+            tracing::info!(run_id, "lease released for resumption elsewhere");
+        }
+    }
+}
