@@ -1,18 +1,456 @@
 //! The `sandbox` section of `antler.yaml`.
 //!
-//! It has no settings yet; unknown keys are still refused, so a setting written for a later release
-//! fails loudly instead of being ignored.
+//! Every limit the service enforces is a setting here, checked at load time with its range in the error
+//! (`sandbox.files.read_max_chars = 0 is out of range: must be between 100 and 10000000`). Defaults follow
+//! DeerFlow where it has one (`reference/deerflow-subsystems.md` §1.5 and §9).
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 use antler_kit::Config;
-use antler_kit::config::ConfigError;
-use serde::Deserialize;
+use antler_kit::config::{ConfigError, check_range};
+use serde::{Deserialize, Serialize};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+const GIB: u64 = 1024 * MIB;
 
 /// Settings of the sandbox service.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct SandboxConfig {}
+pub struct SandboxConfig {
+    /// Which provider runs commands: `auto` (bwrap when it is installed and works here, else local),
+    /// `bwrap`, or `local`.
+    pub provider: ProviderChoice,
+    /// Let the `local` provider run commands as plain host processes. Off by default: `local` is not a
+    /// security boundary. Ignored by `bwrap`.
+    pub allow_host_bash: bool,
+    /// Host directory shown read-only at `/mnt/skills`. Unset: `/mnt/skills` is an empty read-only view.
+    pub skills_dir: Option<PathBuf>,
+    /// Sandboxes kept live in memory (least recently used beyond it are dropped; their files stay and
+    /// they read as RELEASED until acquired again).
+    pub max_live_sandboxes: u64,
+    /// An ACTIVE sandbox with no call and no running command for this long becomes RELEASED, in seconds
+    /// (0 = never).
+    pub idle_release_secs: u64,
+    /// How often the idle reaper runs, in seconds.
+    pub reap_interval_secs: u64,
+    /// Command execution.
+    pub commands: CommandsConfig,
+    /// File tools.
+    pub files: FilesConfig,
+    /// UploadFiles.
+    pub uploads: UploadsConfig,
+    /// The bubblewrap provider.
+    pub bwrap: BwrapConfig,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            provider: ProviderChoice::Auto,
+            allow_host_bash: false,
+            skills_dir: None,
+            max_live_sandboxes: 256,
+            idle_release_secs: 1800,
+            reap_interval_secs: 60,
+            commands: CommandsConfig::default(),
+            files: FilesConfig::default(),
+            uploads: UploadsConfig::default(),
+            bwrap: BwrapConfig::default(),
+        }
+    }
+}
+
+/// `sandbox.provider`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderChoice {
+    Auto,
+    Bwrap,
+    Local,
+}
+
+/// `sandbox.commands`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CommandsConfig {
+    /// Timeout of a command whose request gives none, in seconds.
+    pub default_timeout_secs: u64,
+    /// Largest timeout a request may ask for, in seconds.
+    pub max_timeout_secs: u64,
+    /// Commands running at once in one sandbox; more get RESOURCE_EXHAUSTED.
+    pub max_concurrent: u64,
+    /// Bytes kept per stream (stdout, stderr) of one command; the rest is counted and discarded.
+    pub max_output_bytes_per_stream: u64,
+    /// Characters of output (both streams together) returned by one command before the middle is cut
+    /// out with a marker (0 = no cut).
+    pub output_max_chars: u64,
+    /// Longest command line, in bytes.
+    pub max_command_bytes: u64,
+    /// Most variables one request may inject.
+    pub max_env_vars: u64,
+    /// Longest injected variable value, in bytes.
+    pub max_env_value_bytes: u64,
+    /// Host environment variables passed to commands (everything else is cleared).
+    pub env_allowlist: Vec<String>,
+    /// After the foreground command exits, how long to keep reading output that background processes
+    /// may still hold open, in milliseconds. Then the call returns.
+    pub drain_grace_ms: u64,
+}
+
+impl Default for CommandsConfig {
+    fn default() -> Self {
+        Self {
+            default_timeout_secs: 600,
+            max_timeout_secs: 3600,
+            max_concurrent: 8,
+            max_output_bytes_per_stream: 10 * MIB,
+            output_max_chars: 20_000,
+            max_command_bytes: 64 * KIB,
+            max_env_vars: 64,
+            max_env_value_bytes: 32 * KIB,
+            env_allowlist: ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM"].map(str::to_owned).to_vec(),
+            drain_grace_ms: 200,
+        }
+    }
+}
+
+/// `sandbox.files`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilesConfig {
+    /// Characters one ReadFile returns before head truncation.
+    pub read_max_chars: u64,
+    /// Largest non-append WriteFile payload in bytes (0 = no cap).
+    pub write_max_bytes: u64,
+    /// Largest file EditFile will rewrite, in bytes.
+    pub edit_max_bytes: u64,
+    /// Characters of paths one ListDir returns before it stops and flags truncation.
+    pub list_max_chars: u64,
+    /// ListDir entries when the request gives no max_entries.
+    pub list_default_entries: u64,
+    /// Largest ListDir max_entries (larger requests are clamped).
+    pub list_max_entries: u64,
+    /// Glob results when the request gives no max_results.
+    pub glob_default_results: u64,
+    /// Largest Glob max_results (larger requests are clamped).
+    pub glob_max_results: u64,
+    /// Grep matches when the request gives no max_results.
+    pub grep_default_results: u64,
+    /// Largest Grep max_results (larger requests are clamped).
+    pub grep_max_results: u64,
+    /// Files above this size are skipped by Grep, in bytes.
+    pub grep_max_file_bytes: u64,
+    /// Lines longer than this are skipped by Grep, in characters.
+    pub grep_max_line_chars: u64,
+    /// A matched line is cut to this many characters (then ends in "...").
+    pub grep_line_display_chars: u64,
+    /// Largest file DownloadFile sends, in bytes.
+    pub download_max_bytes: u64,
+    /// Most files SnapshotOutputs reports.
+    pub snapshot_max_files: u64,
+}
+
+impl Default for FilesConfig {
+    fn default() -> Self {
+        Self {
+            read_max_chars: 50_000,
+            write_max_bytes: 80 * KIB,
+            edit_max_bytes: 10 * MIB,
+            list_max_chars: 20_000,
+            list_default_entries: 1_000,
+            list_max_entries: 10_000,
+            glob_default_results: 200,
+            glob_max_results: 1_000,
+            grep_default_results: 100,
+            grep_max_results: 500,
+            grep_max_file_bytes: 1_000_000,
+            grep_max_line_chars: 2_000,
+            grep_line_display_chars: 200,
+            download_max_bytes: 100 * MIB,
+            snapshot_max_files: 10_000,
+        }
+    }
+}
+
+/// `sandbox.uploads`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UploadsConfig {
+    /// Most files in one UploadFiles call.
+    pub max_files: u64,
+    /// Largest single file, in bytes.
+    pub max_file_bytes: u64,
+    /// Largest total of one call, in bytes.
+    pub max_total_bytes: u64,
+}
+
+impl Default for UploadsConfig {
+    fn default() -> Self {
+        Self { max_files: 10, max_file_bytes: 50 * MIB, max_total_bytes: 100 * MIB }
+    }
+}
+
+/// `sandbox.bwrap`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BwrapConfig {
+    /// The bwrap binary. Empty: `bwrap` found on PATH.
+    pub path: String,
+    /// Let commands reach the network (they share the host's network namespace). Off by default: commands
+    /// get a private namespace with only a loopback interface.
+    pub network: bool,
+    /// Host user and group bwrap runs as when the service runs as root. Root cannot be limited by
+    /// `max_processes` (the kernel exempts it), so the service drops to this id; the thread's directories
+    /// are owned by it.
+    pub run_as_uid: u32,
+    pub run_as_gid: u32,
+    /// Host paths mounted read-only at the same place (the system view). Missing ones are skipped;
+    /// symbolic links are recreated as links.
+    pub system_paths: Vec<PathBuf>,
+    /// `prlimit` inside the system view; it applies the limits below to the command.
+    pub prlimit_path: PathBuf,
+    /// Processes (and threads) one command may have at once (RLIMIT_NPROC, counted per command).
+    pub max_processes: u64,
+    /// CPU seconds per process (RLIMIT_CPU).
+    pub cpu_secs: u64,
+    /// Address space per process in bytes (RLIMIT_AS).
+    pub max_memory_bytes: u64,
+    /// Largest file a command may write, in bytes (RLIMIT_FSIZE).
+    pub max_file_bytes: u64,
+    /// Open file descriptors per process (RLIMIT_NOFILE).
+    pub max_open_files: u64,
+}
+
+impl Default for BwrapConfig {
+    fn default() -> Self {
+        let system = [
+            "/usr",
+            "/bin",
+            "/sbin",
+            "/lib",
+            "/lib32",
+            "/lib64",
+            "/libx32",
+            "/etc/alternatives",
+            "/etc/ld.so.cache",
+            "/etc/ld.so.conf",
+            "/etc/ld.so.conf.d",
+            "/etc/passwd",
+            "/etc/group",
+            "/etc/nsswitch.conf",
+            "/etc/hosts",
+            "/etc/resolv.conf",
+            "/etc/ssl",
+            "/etc/ca-certificates",
+            "/etc/localtime",
+            "/etc/mime.types",
+            "/etc/protocols",
+            "/etc/services",
+        ];
+        Self {
+            path: String::new(),
+            network: false,
+            run_as_uid: 65534,
+            run_as_gid: 65534,
+            system_paths: system.iter().map(PathBuf::from).collect(),
+            prlimit_path: PathBuf::from("/usr/bin/prlimit"),
+            max_processes: 256,
+            cpu_secs: 3600,
+            max_memory_bytes: 16 * GIB,
+            max_file_bytes: GIB,
+            max_open_files: 1024,
+        }
+    }
+}
+
+impl CommandsConfig {
+    pub fn default_timeout(&self) -> Duration {
+        Duration::from_secs(self.default_timeout_secs)
+    }
+
+    pub fn max_timeout(&self) -> Duration {
+        Duration::from_secs(self.max_timeout_secs)
+    }
+}
+
+impl SandboxConfig {
+    /// Checks every value against its range; errors name the YAML path and the range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_range("sandbox.max_live_sandboxes", self.max_live_sandboxes, 1, 1_000_000)?;
+        check_range("sandbox.idle_release_secs", self.idle_release_secs, 0, 30 * 86_400)?;
+        check_range("sandbox.reap_interval_secs", self.reap_interval_secs, 1, 86_400)?;
+        if let Some(dir) = &self.skills_dir
+            && !dir.is_absolute()
+        {
+            return Err(ConfigError::Invalid {
+                path: "sandbox.skills_dir".to_owned(),
+                message: format!("`{}` must be an absolute path", dir.display()),
+            });
+        }
+
+        let c = &self.commands;
+        check_range("sandbox.commands.default_timeout_secs", c.default_timeout_secs, 1, 86_400)?;
+        check_range("sandbox.commands.max_timeout_secs", c.max_timeout_secs, c.default_timeout_secs, 86_400)?;
+        check_range("sandbox.commands.max_concurrent", c.max_concurrent, 1, 1024)?;
+        check_range("sandbox.commands.max_output_bytes_per_stream", c.max_output_bytes_per_stream, KIB, GIB)?;
+        if c.output_max_chars != 0 {
+            check_range("sandbox.commands.output_max_chars", c.output_max_chars, 100, 100_000_000)?;
+        }
+        check_range("sandbox.commands.max_command_bytes", c.max_command_bytes, 1, MIB)?;
+        check_range("sandbox.commands.max_env_vars", c.max_env_vars, 0, 4096)?;
+        check_range("sandbox.commands.max_env_value_bytes", c.max_env_value_bytes, 1, MIB)?;
+        check_range("sandbox.commands.drain_grace_ms", c.drain_grace_ms, 0, 10_000)?;
+        for (i, name) in c.env_allowlist.iter().enumerate() {
+            if !crate::exec::env::valid_name(name) {
+                return Err(ConfigError::Invalid {
+                    path: format!("sandbox.commands.env_allowlist[{i}]"),
+                    message: format!("`{name}` is not a variable name (must match ^[A-Za-z_][A-Za-z0-9_]*$)"),
+                });
+            }
+        }
+
+        let f = &self.files;
+        check_range("sandbox.files.read_max_chars", f.read_max_chars, 100, 10_000_000)?;
+        check_range("sandbox.files.write_max_bytes", f.write_max_bytes, 0, GIB)?;
+        check_range("sandbox.files.edit_max_bytes", f.edit_max_bytes, KIB, GIB)?;
+        check_range("sandbox.files.list_max_chars", f.list_max_chars, 100, 10_000_000)?;
+        check_range("sandbox.files.list_max_entries", f.list_max_entries, 1, 1_000_000)?;
+        check_range("sandbox.files.list_default_entries", f.list_default_entries, 1, f.list_max_entries)?;
+        check_range("sandbox.files.glob_max_results", f.glob_max_results, 1, 1_000_000)?;
+        check_range("sandbox.files.glob_default_results", f.glob_default_results, 1, f.glob_max_results)?;
+        check_range("sandbox.files.grep_max_results", f.grep_max_results, 1, 1_000_000)?;
+        check_range("sandbox.files.grep_default_results", f.grep_default_results, 1, f.grep_max_results)?;
+        check_range("sandbox.files.grep_max_file_bytes", f.grep_max_file_bytes, KIB, GIB)?;
+        check_range("sandbox.files.grep_max_line_chars", f.grep_max_line_chars, 10, 1_000_000)?;
+        check_range("sandbox.files.grep_line_display_chars", f.grep_line_display_chars, 10, f.grep_max_line_chars)?;
+        check_range("sandbox.files.download_max_bytes", f.download_max_bytes, 1, 64 * GIB)?;
+        check_range("sandbox.files.snapshot_max_files", f.snapshot_max_files, 1, 10_000_000)?;
+
+        let u = &self.uploads;
+        check_range("sandbox.uploads.max_files", u.max_files, 1, 10_000)?;
+        check_range("sandbox.uploads.max_file_bytes", u.max_file_bytes, 1, 64 * GIB)?;
+        check_range("sandbox.uploads.max_total_bytes", u.max_total_bytes, u.max_file_bytes, 256 * GIB)?;
+
+        let b = &self.bwrap;
+        if !b.path.is_empty() && !b.path.starts_with('/') {
+            return Err(ConfigError::Invalid {
+                path: "sandbox.bwrap.path".to_owned(),
+                message: format!("`{}` must be an absolute path (or empty to search PATH)", b.path),
+            });
+        }
+        check_range("sandbox.bwrap.run_as_uid", b.run_as_uid.into(), 1, u64::from(u32::MAX - 1))?;
+        check_range("sandbox.bwrap.run_as_gid", b.run_as_gid.into(), 1, u64::from(u32::MAX - 1))?;
+        for (i, path) in b.system_paths.iter().enumerate() {
+            let reserved = ["/mnt", "/tmp", "/proc", "/dev"].iter().any(|r| path.starts_with(r));
+            if !path.is_absolute() || reserved || path.as_os_str() == "/" {
+                return Err(ConfigError::Invalid {
+                    path: format!("sandbox.bwrap.system_paths[{i}]"),
+                    message: format!(
+                        "`{}` must be an absolute path other than /, and not under /mnt, /tmp, /proc or /dev (the sandbox provides those)",
+                        path.display()
+                    ),
+                });
+            }
+        }
+        if !b.prlimit_path.is_absolute() {
+            return Err(ConfigError::Invalid {
+                path: "sandbox.bwrap.prlimit_path".to_owned(),
+                message: format!("`{}` must be an absolute path", b.prlimit_path.display()),
+            });
+        }
+        check_range("sandbox.bwrap.max_processes", b.max_processes, 1, 1_000_000)?;
+        check_range("sandbox.bwrap.cpu_secs", b.cpu_secs, 1, 30 * 86_400)?;
+        check_range("sandbox.bwrap.max_memory_bytes", b.max_memory_bytes, 16 * MIB, 1 << 50)?;
+        check_range("sandbox.bwrap.max_file_bytes", b.max_file_bytes, KIB, 1 << 50)?;
+        check_range("sandbox.bwrap.max_open_files", b.max_open_files, 16, 1 << 20)?;
+        Ok(())
+    }
+}
 
 /// Parses and checks the `sandbox` section.
+pub fn load(config: &Config) -> Result<SandboxConfig, ConfigError> {
+    let sandbox: SandboxConfig = config.section("sandbox")?;
+    sandbox.validate()?;
+    Ok(sandbox)
+}
+
+/// Parses and checks the `sandbox` section (the [`antler_kit::cli::Registration`] hook).
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
-    config.section::<SandboxConfig>("sandbox").map(|_| ())
+    load(config).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<SandboxConfig, ConfigError> {
+        let config = Config::parse(yaml, "antler.yaml", &|_| None)?;
+        load(&config)
+    }
+
+    #[test]
+    fn an_absent_section_gives_the_documented_defaults() -> Result<(), ConfigError> {
+        let c = parse("")?;
+        assert_eq!(c.provider, ProviderChoice::Auto);
+        assert!(!c.allow_host_bash);
+        assert_eq!(c.max_live_sandboxes, 256);
+        assert_eq!(c.commands.default_timeout_secs, 600);
+        assert_eq!(c.commands.output_max_chars, 20_000);
+        assert_eq!(c.commands.max_output_bytes_per_stream, 10 * MIB);
+        assert_eq!(c.files.read_max_chars, 50_000);
+        assert_eq!(c.files.write_max_bytes, 81_920);
+        assert_eq!((c.files.glob_default_results, c.files.glob_max_results), (200, 1000));
+        assert_eq!((c.files.grep_default_results, c.files.grep_max_results), (100, 500));
+        assert_eq!(c.files.download_max_bytes, 100 * MIB);
+        assert_eq!((c.uploads.max_files, c.uploads.max_file_bytes, c.uploads.max_total_bytes), (10, 50 * MIB, 100 * MIB));
+        assert!(!c.bwrap.network);
+        Ok(())
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_path() {
+        let text = parse("sandbox:\n  files:\n    read_max_char: 10\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("sandbox.files"), "{text}");
+        assert!(text.contains("read_max_char"), "{text}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_range() {
+        let text = parse("sandbox:\n  commands:\n    max_concurrent: 0\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("sandbox.commands.max_concurrent") && text.contains("between 1 and 1024"), "{text}");
+        let text = parse("sandbox:\n  commands:\n    default_timeout_secs: 100\n    max_timeout_secs: 50\n")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(text.contains("max_timeout_secs") && text.contains("between 100 and"), "{text}");
+    }
+
+    #[test]
+    fn bad_env_allowlist_names_are_refused() {
+        let text = parse("sandbox:\n  commands:\n    env_allowlist: [PATH, 'BAD-NAME']\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("env_allowlist[1]") && text.contains("BAD-NAME"), "{text}");
+    }
+
+    #[test]
+    fn system_paths_may_not_shadow_the_sandbox_mounts() {
+        let text = parse("sandbox:\n  bwrap:\n    system_paths: [/usr, /mnt/user-data]\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("system_paths[1]"), "{text}");
+    }
+
+    #[test]
+    fn the_example_file_lists_exactly_the_defaults() -> Result<(), ConfigError> {
+        let text = include_str!("../../../examples/antler.yaml");
+        let config = Config::parse(text, "examples/antler.yaml", &|_| None)?;
+        let example = load(&config)?;
+        assert_eq!(format!("{example:?}"), format!("{:?}", SandboxConfig::default()));
+        Ok(())
+    }
+
+    #[test]
+    fn provider_names_are_checked() {
+        assert!(parse("sandbox:\n  provider: docker\n").is_err());
+        assert!(matches!(parse("sandbox:\n  provider: local\n").map(|c| c.provider), Ok(ProviderChoice::Local)));
+    }
 }

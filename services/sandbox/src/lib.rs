@@ -1,21 +1,77 @@
 //! The Antler sandbox service: per-thread workspaces, file tools and isolated command execution.
 //!
 //! [`SERVICE`] plugs it into a server binary (`antler-sandbox`, or `antler up` with every other service).
+//! Where things are:
+//!
+//! * `paths.rs` (what a client may name) and `resolve.rs` (opening it beneath its root with
+//!   `openat2(RESOLVE_BENEATH)`) are the path policy; `workspace.rs` is the on-disk layout;
+//! * `registry.rs` holds live sandboxes (LRU, lifecycle, running commands), `locks.rs` the per-file locks;
+//! * `files/` has one module per file tool; `exec/` runs commands; `providers/` builds their processes
+//!   (`local.rs`, `bwrap.rs`);
+//! * `service.rs` is the domain entry point, `api.rs` the thin gRPC layer, `error.rs` the status mapping.
 
 pub mod api;
 pub mod config;
+pub mod error;
+pub mod exec;
+pub mod files;
+pub mod ids;
+pub mod locks;
+pub mod mask;
+pub mod paths;
+pub mod providers;
+pub mod registry;
+pub mod resolve;
+pub mod service;
+pub mod workspace;
+
+use std::sync::Arc;
 
 use antler_kit::ServiceSet;
-use antler_kit::cli::{RegisterFuture, Registration, ServiceContext};
+use antler_kit::cli::{BoxError, RegisterFuture, Registration, ServiceContext};
 use antler_proto::sandbox::sandbox_service_server;
 
 /// How `antler-sandbox` and `antler up` mount this service.
 pub const SERVICE: Registration = Registration { name: "sandbox", validate: config::validate, register };
 
-fn register<'a>(set: &'a mut ServiceSet, _ctx: &'a ServiceContext) -> RegisterFuture<'a> {
+fn register<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFuture<'a> {
     Box::pin(async move {
+        let config = ctx.config.clone();
+        let shutdown = ctx.shutdown.clone();
+        // Provider selection runs a probe process and creates directories: keep it off the async threads.
+        let sandboxes = tokio::task::spawn_blocking(move || build(&config, shutdown)).await.map_err(|e| e.to_string())??;
+        sandboxes.spawn_background(ctx.shutdown.clone());
         set.describe(antler_proto::FILE_DESCRIPTOR_SET);
-        antler_kit::add_service!(set, sandbox_service_server::SandboxServiceServer::new(api::SandboxApi));
+        antler_kit::add_service!(set, sandbox_service_server::SandboxServiceServer::new(api::SandboxApi::new(sandboxes)));
         Ok(())
     })
+}
+
+/// Builds the service from configuration: picks the provider (logging which and why) and creates the data
+/// directory layout. Blocking (it may run the bwrap probe). The caller starts the idle reaper with
+/// [`service::Sandboxes::spawn_background`].
+pub fn build(config: &antler_kit::Config, shutdown: tokio_util::sync::CancellationToken) -> Result<Arc<service::Sandboxes>, BoxError> {
+    let sandbox_config = config::load(config)?;
+    let selection = providers::select(&sandbox_config, &config.server.data_dir)
+        .map_err(|e| format!("cannot prepare the sandbox directories under {}: {e}", config.server.data_dir.display()))?;
+    let provider = selection.provider.kind().label();
+    match &selection.unusable {
+        Some(why) => {
+            tracing::error!(provider = "bwrap", reason = %why, "the configured sandbox provider cannot run here: AcquireSandbox will fail")
+        }
+        None if selection.fell_back => tracing::warn!(
+            provider,
+            exec_enabled = selection.provider.exec_refusal().is_none(),
+            reason = %selection.reason,
+            "sandbox provider selected (fallback)"
+        ),
+        None => tracing::info!(
+            provider,
+            exec_enabled = selection.provider.exec_refusal().is_none(),
+            network = selection.provider.network_enabled(),
+            reason = %selection.reason,
+            "sandbox provider selected"
+        ),
+    }
+    Ok(Arc::new(service::Sandboxes::new(sandbox_config, selection, shutdown)))
 }
