@@ -51,9 +51,9 @@ async fn credentials_are_checked_and_refusals_say_why() -> anyhow::Result<()> {
     assert_eq!(expired.code(), Code::Unauthenticated);
     assert!(expired.message().contains("expired"), "{}", expired.message());
 
-    // Accepted credentials get past authentication to the handler.
-    assert_eq!(call(&process, Some(ALICE_KEY)).await?.code(), Code::Unimplemented);
-    assert_eq!(call(&process, Some(&jwt(300)?)).await?.code(), Code::Unimplemented);
+    // Accepted credentials get past authentication to the handler (which does not know the run).
+    assert_eq!(call(&process, Some(ALICE_KEY)).await?.code(), Code::NotFound);
+    assert_eq!(call(&process, Some(&jwt(300)?)).await?.code(), Code::NotFound);
 
     // Health probes need no token.
     assert_eq!(health(process.channel().await?, "").await?, ServingStatus::Serving);

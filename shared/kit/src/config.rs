@@ -90,13 +90,14 @@ impl Default for ServerConfig {
 pub struct LogConfig {
     /// `text` (human) or `json` (one object per line).
     pub format: LogFormat,
-    /// A `tracing` filter such as `info` or `info,antler_runs=debug`; `RUST_LOG` overrides it.
+    /// A `tracing` filter such as `info` or `info,antler_runs=debug`; `RUST_LOG` overrides it. The
+    /// default keeps the database driver's per-statement notices out.
     pub filter: String,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self { format: LogFormat::Text, filter: "info".to_owned() }
+        Self { format: LogFormat::Text, filter: "info,sqlx=warn".to_owned() }
     }
 }
 

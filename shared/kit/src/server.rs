@@ -181,7 +181,8 @@ pub async fn serve(
     let router = builder.layer(layers).add_routes(routes.routes());
 
     let addr = listener.local_addr().ok();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Without TCP_NODELAY the last frames of a streamed reply wait on a delayed ACK (~40 ms).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let draining = {
         let shutdown = shutdown.clone();
         let reporter = reporter.clone();
@@ -200,10 +201,15 @@ pub async fn serve(
     tracing::info!(addr = ?addr, services = ?names, "serving");
 
     let grace = Duration::from_secs(config.shutdown_grace_secs);
-    let deadline = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(grace).await
+    // The drain deadline is `grace` after the signal; both phases below share it.
+    let deadline = {
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown.cancelled().await;
+            tokio::time::sleep(grace).await
+        }
     };
+    let deadline = futures::FutureExt::fuse(deadline);
     tokio::pin!(deadline);
     tokio::select! {
         result = &mut server => result?,
@@ -212,9 +218,11 @@ pub async fn serve(
         }
     }
     // Services' own draining (started at the signal) gets what is left of the grace period.
-    tokio::select! {
-        _ = drains => {}
-        () = &mut deadline => tracing::warn!("drain deadline passed before the services finished draining"),
+    if !futures::future::FusedFuture::is_terminated(&deadline) {
+        tokio::select! {
+            _ = drains => {}
+            () = &mut deadline => tracing::warn!("drain deadline passed before the services finished draining"),
+        }
     }
     tracing::info!("stopped");
     Ok(())

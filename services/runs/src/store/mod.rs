@@ -112,7 +112,19 @@ impl Store {
         let db = Database::connect(options).await?;
         let write_slot = (db.get_database_backend() == DbBackend::Sqlite).then(|| Arc::new(Mutex::new(())));
         let store = Self { db, write_slot };
-        migration::Migrator::up(&store.db, None).await?;
+        // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
+        let mut attempt = 0;
+        loop {
+            match migration::Migrator::up(&store.db, None).await {
+                Ok(()) => break,
+                Err(error) if attempt < 5 => {
+                    attempt += 1;
+                    tracing::warn!(%error, attempt, "migration failed; retrying (another replica may be migrating)");
+                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
         tracing::info!(backend = ?store.backend(), "runs database ready");
         Ok(store)
     }

@@ -1,0 +1,152 @@
+//! Crashes, fencing and shutdown against real `antler-runs` processes on SQLite and PostgreSQL.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use antler_integration_tests::db::{BACKENDS, TestDb};
+use antler_integration_tests::runs::*;
+use antler_proto::runs::*;
+use sea_orm::{ConnectionTrait, Statement};
+use serde_json::json;
+use tokio_stream::StreamExt;
+
+const T: Duration = Duration::from_secs(30);
+
+fn says(event: &RunEvent) -> Option<String> {
+    match &event.kind {
+        Some(run_event::Kind::Message(m)) => m.message.as_ref().and_then(|m| m.content.first()).and_then(|p| match &p.part {
+            Some(antler_proto::common::content_part::Part::Text(t)) => Some(t.text.clone()),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// kill -9 of the runs binary mid-run; after a restart the run resumes from its last checkpoint with
+/// attempt 2, and a client joining with `after_seq` sees every durable event exactly once.
+#[tokio::test]
+async fn a_killed_worker_s_run_resumes_from_its_checkpoint_with_attempt_2() -> anyhow::Result<()> {
+    for backend in BACKENDS {
+        let db = TestDb::new(backend).await?;
+        let first = start_runs(&db, "")?;
+        let (mut runs, _) = clients(&first).await?;
+        let steps = json!([{"say": "before"}, {"checkpoint": true}, {"sleep_ms": 1500}, {"say": "after"}, {"checkpoint": true}]);
+        let run = runs.create_run(authed(run_request("", steps), ALICE)).await?.into_inner().run.unwrap_or_default();
+        // Wait for the checkpoint (metadata, delta, message, then its VALUES event = seq 4), then kill
+        // the process without warning during the sleep that follows.
+        let seen = wait_run(&mut runs, ALICE, &run.run_id, T, |r| r.last_seq >= 4).await?;
+        assert_eq!(seen.last_seq, 4, "{backend:?}: killed during the sleep, before `after`");
+        let mut first = first;
+        first.signal(libc::SIGKILL)?;
+        first.wait_exit(Duration::from_secs(5))?;
+
+        let second = start_runs(&db, "")?;
+        let (mut runs, _) = clients(&second).await?;
+        let mut stream = runs
+            .join_run(authed(JoinRunRequest { run_id: run.run_id.clone(), after_seq: seen.last_seq, ..Default::default() }, ALICE))
+            .await?
+            .into_inner();
+        let mut joined = Vec::new();
+        while let Some(event) = tokio::time::timeout(T, stream.next()).await? {
+            let event = event?.event.unwrap_or_default();
+            if matches!(event.kind, Some(run_event::Kind::Heartbeat(_))) {
+                continue;
+            }
+            let end = matches!(event.kind, Some(run_event::Kind::End(_)));
+            joined.push(event);
+            if end {
+                break;
+            }
+        }
+        let done = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+        assert_eq!(done.status(), RunStatus::Success, "{backend:?}: {:?}", done.error);
+        assert_eq!(done.attempt, 2, "{backend:?}");
+        let seqs: Vec<u64> = joined.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (seen.last_seq + 1..=done.last_seq).collect::<Vec<_>>(), "{backend:?}: no gap, no duplicate");
+        assert!(
+            joined.iter().any(|e| matches!(&e.kind, Some(run_event::Kind::Metadata(m)) if m.attempt == 2)),
+            "{backend:?}: the takeover announced attempt 2"
+        );
+
+        // The whole log: the step before the checkpoint ran once, the one after it once.
+        let all = runs
+            .list_run_events(authed(ListRunEventsRequest { run_id: run.run_id.clone(), ..Default::default() }, ALICE))
+            .await?
+            .into_inner()
+            .events;
+        let said: Vec<String> = all.iter().filter_map(says).collect();
+        assert_eq!(said, vec!["before".to_owned(), "after".to_owned()], "{backend:?}");
+        let unique: HashSet<u64> = all.iter().map(|e| e.seq).collect();
+        assert_eq!(unique.len(), all.len());
+    }
+    Ok(())
+}
+
+/// A worker whose lease renewal fails (here: another worker took the row) stops its agent and makes
+/// no durable write afterwards.
+#[tokio::test]
+async fn a_worker_that_cannot_renew_its_lease_writes_nothing_more() -> anyhow::Result<()> {
+    for backend in BACKENDS {
+        let db = TestDb::new(backend).await?;
+        let server = start_runs(&db, "")?;
+        let (mut runs, _) = clients(&server).await?;
+        let run = runs
+            .create_run(authed(run_request("", json!([{"say": "working"}, {"wait_cancel": true}, {"say": "too late"}])), ALICE))
+            .await?
+            .into_inner()
+            .run
+            .unwrap_or_default();
+        let running = wait_run(&mut runs, ALICE, &run.run_id, T, |r| r.status() == RunStatus::Running && r.last_seq >= 3).await?;
+
+        let conn = db.connect().await?;
+        let far = 4_102_444_800_000i64; // 2100-01-01: the intruder's lease never lapses during the test
+        conn.execute_raw(Statement::from_string(
+            conn.get_database_backend(),
+            format!("UPDATE runs SET owner_worker_id = 'intruder', lease_expires_at = {far} WHERE run_id = '{}'", run.run_id),
+        ))
+        .await?;
+        // The worker notices at its next renewal (every lease/3 = 1 s) and stops.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !server.stderr().contains("lease lost") {
+            anyhow::ensure!(std::time::Instant::now() < deadline, "{backend:?}: the worker never noticed:\n{}", server.stderr());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // A cancel now reaches the (fenced) local agent; nothing it does may be written.
+        runs.cancel_run(authed(CancelRunRequest { run_id: run.run_id.clone(), ..Default::default() }, ALICE)).await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = runs
+            .get_run(authed(GetRunRequest { run_id: run.run_id.clone(), ..Default::default() }, ALICE))
+            .await?
+            .into_inner()
+            .run
+            .unwrap_or_default();
+        assert_eq!(after.status(), RunStatus::Running, "{backend:?}: the fenced worker must not write a status");
+        assert_eq!(after.last_seq, running.last_seq, "{backend:?}: no event after fencing");
+        assert!(after.delivery.is_none(), "{backend:?}: no receipt after fencing");
+    }
+    Ok(())
+}
+
+/// SIGTERM: running runs get `drain_secs`, then their leases are released (not failed), and the next
+/// start resumes them.
+#[tokio::test]
+async fn shutdown_releases_leases_and_the_next_start_resumes() -> anyhow::Result<()> {
+    for backend in BACKENDS {
+        let db = TestDb::new(backend).await?;
+        let mut first = start_runs(&db, "")?;
+        let (mut runs, _) = clients(&first).await?;
+        let steps = json!([{"checkpoint": true}, {"sleep_ms": 4000}, {"say": "resumed"}]);
+        let run = runs.create_run(authed(run_request("", steps), ALICE)).await?.into_inner().run.unwrap_or_default();
+        wait_run(&mut runs, ALICE, &run.run_id, T, |r| r.last_seq >= 2).await?;
+        first.signal(libc::SIGTERM)?;
+        let status = first.wait_exit(Duration::from_secs(15))?;
+        assert!(status.is_some_and(|s| s.success()), "{backend:?}: {status:?}\n{}", first.stderr());
+        assert!(first.stderr().contains("lease released"), "{backend:?}:\n{}", first.stderr());
+
+        let second = start_runs(&db, "")?;
+        let (mut runs, _) = clients(&second).await?;
+        let done = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+        assert_eq!((done.status(), done.attempt), (RunStatus::Success, 2), "{backend:?}");
+    }
+    Ok(())
+}
