@@ -202,3 +202,35 @@ async fn threads_list_newest_first_with_filters_and_stable_pages_and_delete_clea
     assert_eq!(run_gone, Some(Code::NotFound));
     Ok(())
 }
+
+/// DeleteThread, through `antler up`, also empties the thread's sandbox workspace.
+#[tokio::test]
+async fn deleting_a_thread_clears_its_workspace() -> anyhow::Result<()> {
+    use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
+    use antler_proto::sandbox::{AcquireSandboxRequest, ReadFileRequest, WriteFileRequest, write_file_request};
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let server = antler_integration_tests::start("antler", antler_integration_tests::Launch::new(["up"]).config(config(&db, "")))?;
+    let channel = server.channel().await?;
+    let (mut threads, mut sandbox) =
+        (antler_proto::runs::thread_service_client::ThreadServiceClient::new(channel.clone()), SandboxServiceClient::new(channel));
+    threads.create_thread(authed(CreateThreadRequest { thread_id: "t-files".into(), ..Default::default() }, ALICE)).await?;
+    sandbox.acquire_sandbox(authed(AcquireSandboxRequest { thread_id: "t-files".into() }, ALICE)).await?;
+    let write = WriteFileRequest {
+        thread_id: "t-files".into(),
+        path: "/mnt/user-data/outputs/secret.md".into(),
+        content: Some(write_file_request::Content::Text("private".into())),
+        ..Default::default()
+    };
+    sandbox.write_file(authed(write, ALICE)).await?;
+    threads.delete_thread(authed(DeleteThreadRequest { thread_id: "t-files".into(), ..Default::default() }, ALICE)).await?;
+
+    sandbox.acquire_sandbox(authed(AcquireSandboxRequest { thread_id: "t-files".into() }, ALICE)).await?;
+    let read = sandbox
+        .read_file(authed(
+            ReadFileRequest { thread_id: "t-files".into(), path: "/mnt/user-data/outputs/secret.md".into(), ..Default::default() },
+            ALICE,
+        ))
+        .await;
+    assert_eq!(read.err().map(|s| s.code()), Some(Code::NotFound), "the file outlived its thread");
+    Ok(())
+}

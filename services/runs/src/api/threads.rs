@@ -21,6 +21,53 @@ fn user<T>(request: &Request<T>) -> Result<String, Status> {
     Ok(Identity::of(request)?.user_id.clone())
 }
 
+/// Empties and releases the thread's sandbox workspace (files and running commands). A thread that
+/// never had a sandbox is fine; an unreachable sandbox service is UNAVAILABLE.
+async fn release_workspace(engine: &Engine, ctx: &antler_kit::CallContext, thread_id: &str) -> Result<(), Status> {
+    use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
+    use antler_proto::sandbox::{GetSandboxRequest, ReleaseSandboxRequest, ResetSandboxRequest};
+    let Some(client) = engine.clients.get("sandbox") else { return Ok(()) };
+    let mut grpc = SandboxServiceClient::new(client.channel());
+    let unavailable = |status: Status| {
+        antler_kit::status::unavailable(
+            format!(
+                "cannot release the workspace of thread {thread_id}: the sandbox service answered {:?}: {}",
+                status.code(),
+                status.message()
+            ),
+            1,
+        )
+    };
+    match grpc.get_sandbox(client.request(ctx, GetSandboxRequest { thread_id: thread_id.to_owned() })).await {
+        Err(status) if status.code() == tonic::Code::NotFound => return Ok(()),
+        // No sandbox service at the configured endpoint (a runs-only deployment): nothing to release.
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            tracing::warn!(thread_id, "no sandbox service at clients.sandbox; the thread's workspace (if any) was not released");
+            return Ok(());
+        }
+        Err(status) => return Err(unavailable(status)),
+        Ok(_) => {}
+    }
+    let reset = ResetSandboxRequest { thread_id: thread_id.to_owned(), clear_workspace: true, clear_uploads: true, clear_outputs: true };
+    match grpc.reset_sandbox(client.request(ctx, reset)).await {
+        // A released sandbox is reactivated so its files can be cleared.
+        Err(status) if status.code() == tonic::Code::FailedPrecondition => {
+            grpc.acquire_sandbox(client.request(ctx, antler_proto::sandbox::AcquireSandboxRequest { thread_id: thread_id.to_owned() }))
+                .await
+                .map_err(unavailable)?;
+            let reset =
+                ResetSandboxRequest { thread_id: thread_id.to_owned(), clear_workspace: true, clear_uploads: true, clear_outputs: true };
+            grpc.reset_sandbox(client.request(ctx, reset)).await.map_err(unavailable)?;
+        }
+        Err(status) => return Err(unavailable(status)),
+        Ok(_) => {}
+    }
+    grpc.release_sandbox(client.request(ctx, ReleaseSandboxRequest { thread_id: thread_id.to_owned(), terminate_processes: true }))
+        .await
+        .map_err(unavailable)?;
+    Ok(())
+}
+
 #[tonic::async_trait]
 impl ThreadService for ThreadApi {
     async fn create_thread(&self, request: Request<CreateThreadRequest>) -> Result<Response<CreateThreadResponse>, Status> {
@@ -60,6 +107,7 @@ impl ThreadService for ThreadApi {
 
     async fn delete_thread(&self, request: Request<DeleteThreadRequest>) -> Result<Response<DeleteThreadResponse>, Status> {
         let user = user(&request)?;
+        let ctx = antler_kit::CallContext::from_request(&request)?;
         let req = request.into_inner();
         let thread = domain::find(&self.engine, &user, &req.thread_id).await?;
         if req.cancel_active_run
@@ -68,9 +116,17 @@ impl ThreadService for ThreadApi {
             cancel::cancel(&self.engine, &user, &req.thread_id, &active, CancelAction::Interrupt).await?;
             cancel::wait_terminal(&self.engine, &active).await?;
         }
+        if let (_, Some(active)) = domain::status(&self.engine, &thread).await? {
+            return Err(crate::error::RunsError::FailedPrecondition(format!(
+                "thread {} has an active run {active}\nhint: cancel it first, or set cancel_active_run",
+                req.thread_id
+            ))
+            .into());
+        }
+        // The workspace first: if the sandbox service cannot be reached, nothing has been deleted yet
+        // and the call can simply be retried.
+        release_workspace(&self.engine, &ctx, &req.thread_id).await?;
         let deleted_runs = domain::delete(&self.engine, &user, &req.thread_id).await?;
-        // The thread's workspace belongs to the sandbox service; releasing it is best effort until
-        // the sandbox lands (issue #5), and never blocks deleting the thread's records.
         tracing::info!(thread_id = %req.thread_id, deleted_runs, "thread deleted");
         Ok(Response::new(DeleteThreadResponse { thread_id: req.thread_id, deleted_runs }))
     }
