@@ -14,12 +14,14 @@ use crate::{Launch, Process, start};
 
 pub const ALICE: &str = "alice-runs-key-0123456789";
 pub const BOB: &str = "bob-runs-key-0123456789";
+/// The runs service's own key (a service principal): how its workers call the sandbox for a user.
+pub const SERVICE: &str = "runs-service-key-0123456789";
 
 /// `antler.yaml` for a runs server on `db`, with users alice and bob and short leases, plus `extra`
 /// lines for the `runs:` section (each indented by four spaces, e.g. `"    max_concurrent_runs: 1\n"`).
 pub fn config(db: &TestDb, extra: &str) -> String {
     format!(
-        "server:\n  shutdown_grace_secs: 5\n  auth:\n    enabled: true\n    api_keys:\n      - key: {ALICE}\n        user: alice\n      - key: {BOB}\n        user: bob\nruns:\n  database:\n    url: \"{}\"\n  lease_secs: 3\n  lease_grace_secs: 0\n  sweep_interval_secs: 1\n  heartbeat_secs: 1\n  drain_secs: 1\n{extra}",
+        "server:\n  shutdown_grace_secs: 5\n  auth:\n    enabled: true\n    api_keys:\n      - key: {ALICE}\n        user: alice\n      - key: {BOB}\n        user: bob\n      - key: {SERVICE}\n        user: antler-runs\n        service: true\nclients:\n  sandbox:\n    service_token: {SERVICE}\nruns:\n  database:\n    url: \"{}\"\n  lease_secs: 3\n  lease_grace_secs: 0\n  sweep_interval_secs: 1\n  heartbeat_secs: 1\n  drain_secs: 1\n{extra}",
         db.url
     )
 }
@@ -27,6 +29,11 @@ pub fn config(db: &TestDb, extra: &str) -> String {
 /// Starts `antler-runs` on `db`.
 pub fn start_runs(db: &TestDb, extra: &str) -> Result<Process> {
     start("antler-runs", Launch::default().config(config(db, extra)))
+}
+
+/// Starts `antler up` (every service in one process) on `db`: runs whose outputs the sandbox checks.
+pub fn start_up(db: &TestDb, extra: &str) -> Result<Process> {
+    start("antler", Launch::new(["up"]).config(config(db, extra)))
 }
 
 /// A request carrying `key`.

@@ -114,9 +114,10 @@ async fn concurrent_creates_with_one_key_make_one_run() -> anyhow::Result<()> {
 async fn success_without_declared_output_is_an_error_with_a_receipt() -> anyhow::Result<()> {
     for backend in BACKENDS {
         let db = TestDb::new(backend).await?;
-        let server = start_runs(&db, "")?;
+        let server = start_up(&db, "")?;
         let (mut runs, _) = clients(&server).await?;
-        let mut request = run_request("", json!([{"say": "done!"}, {"produce": "/mnt/user-data/outputs/other.md", "size": 3}]));
+        // The agent claims success and writes a file it never presents; the declared report is absent.
+        let mut request = run_request("", json!([{"say": "done!"}, {"produce": "/mnt/user-data/outputs/other.md", "text": "abc"}]));
         request.expected_outputs = vec!["/mnt/user-data/outputs/report.md".to_owned()];
         let response = runs.wait_run(authed(WaitRunRequest { create: Some(request) }, ALICE)).await?.into_inner();
         let run = response.run.unwrap_or_default();
@@ -127,15 +128,25 @@ async fn success_without_declared_output_is_an_error_with_a_receipt() -> anyhow:
         assert!(receipt.missing.contains(&"/mnt/user-data/outputs/report.md".to_owned()), "{receipt:?}");
         assert!(receipt.missing.contains(&"/mnt/user-data/outputs/other.md".to_owned()), "produced but never presented: {receipt:?}");
 
-        // Declared, produced and presented: SUCCESS.
+        // Presenting a file is not producing it: words alone never make a SUCCESS.
+        let mut request = run_request("", json!([{"present": "/mnt/user-data/outputs/report.md"}]));
+        request.expected_outputs = vec!["/mnt/user-data/outputs/report.md".to_owned()];
+        let run = runs.wait_run(authed(WaitRunRequest { create: Some(request) }, ALICE)).await?.into_inner().run.unwrap_or_default();
+        assert_eq!((run.status(), run.stop_reason.as_str()), (RunStatus::Error, "delivery_incomplete"), "{backend:?}");
+
+        // Declared, produced (in the sandbox) and presented: SUCCESS, with the file's real size and hash.
         let mut request = run_request(
             "",
-            json!([{"produce": "/mnt/user-data/outputs/report.md", "size": 3}, {"present": "/mnt/user-data/outputs/report.md"}]),
+            json!([{"produce": "/mnt/user-data/outputs/report.md", "text": "# Report"}, {"present": "/mnt/user-data/outputs/report.md"}]),
         );
         request.expected_outputs = vec!["/mnt/user-data/outputs/report.md".to_owned()];
         let run = runs.wait_run(authed(WaitRunRequest { create: Some(request) }, ALICE)).await?.into_inner().run.unwrap_or_default();
-        assert_eq!(run.status(), RunStatus::Success, "{backend:?}");
-        assert!(run.delivery.is_some_and(|d| d.satisfied));
+        assert_eq!(run.status(), RunStatus::Success, "{backend:?}: {:?}", run.error);
+        let receipt = run.delivery.unwrap_or_default();
+        assert!(receipt.satisfied);
+        let file = receipt.produced.iter().find(|f| f.path == "/mnt/user-data/outputs/report.md").cloned().unwrap_or_default();
+        assert_eq!(file.size, 8, "{receipt:?}");
+        assert_eq!(file.sha256.len(), 64, "{receipt:?}");
     }
     Ok(())
 }

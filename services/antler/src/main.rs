@@ -1,7 +1,10 @@
 //! `antler`: every service in one process (`antler up`), one service (`antler serve <service>`), and
 //! configuration checks (`antler config check`).
 
+mod client;
+
 use std::path::PathBuf;
+use std::time::Duration;
 
 use antler_kit::cli::{Registration, ServeArgs};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -20,6 +23,26 @@ enum Command {
     Up {
         #[command(flatten)]
         serve: ServeArgs,
+        /// Once serving, stream a demo run and print its events (the server keeps running).
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Start a run with TEXT as the user message and print its events as they arrive.
+    Run {
+        /// The user message.
+        text: String,
+        /// Server address.
+        #[arg(long, env = "ANTLER_ADDR", default_value = "http://127.0.0.1:50051")]
+        addr: String,
+        /// Thread to run on (empty: a new thread).
+        #[arg(long, default_value = "")]
+        thread: String,
+        /// Bearer token (API key or JWT) when the server requires one.
+        #[arg(long, env = "ANTLER_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Model name (empty: the server's default).
+        #[arg(long, default_value = "")]
+        model: String,
     },
     /// Start one service on its own (for a multi-process or Kubernetes install).
     Serve {
@@ -69,6 +92,32 @@ impl ServiceName {
 const ALL: [Registration; 5] =
     [antler_runs::SERVICE, antler_sandbox::SERVICE, antler_mcp::SERVICE, antler_models::SERVICE, antler_memory::SERVICE];
 
+/// Streams the demo run once the server accepts connections.
+fn spawn_demo(serve: &ServeArgs) -> anyhow::Result<()> {
+    let config = serve.load()?;
+    let addr = config.server.listen;
+    if addr.port() == 0 {
+        eprintln!("note: no demo run with a random port (--listen …:0): the demo needs to know where to connect");
+        return Ok(());
+    }
+    let host = if addr.ip().is_unspecified() { "127.0.0.1".to_owned() } else { addr.ip().to_string() };
+    let endpoint = format!("http://{host}:{}", addr.port());
+    let token = std::env::var("ANTLER_TOKEN").ok();
+    tokio::spawn(async move {
+        let result = async {
+            let channel = client::connect(&endpoint, Duration::from_secs(30)).await?;
+            println!("\ndemo run (the built-in script agent; the lead agent lands with issue #6):");
+            client::stream_and_print(channel, token.as_deref(), client::demo_request()).await
+        }
+        .await;
+        match result {
+            Ok(status) => println!("demo finished: {}\nthe server keeps running; Ctrl-C stops it\n", status.as_str_name()),
+            Err(error) => eprintln!("demo run failed: {error:#}"),
+        }
+    });
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     antler_kit::cli::exit_code(run(Cli::parse()).await.map_err(|e| e.to_string()))
@@ -76,7 +125,24 @@ async fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Up { serve } => antler_kit::cli::run("antler", &serve, &ALL).await?,
+        Command::Up { serve, demo } => {
+            if demo {
+                spawn_demo(&serve)?;
+            }
+            antler_kit::cli::run("antler", &serve, &ALL).await?
+        }
+        Command::Run { text, addr, thread, token, model } => {
+            let channel = client::connect(&addr, Duration::from_secs(5)).await?;
+            let mut create =
+                antler_proto::runs::CreateRunRequest { thread_id: thread, input: vec![client::user_message(&text)], ..Default::default() };
+            if !model.is_empty() {
+                create.config = Some(antler_proto::runs::RunConfig { model_name: model, ..Default::default() });
+            }
+            let status = client::stream_and_print(channel, token.as_deref(), create).await?;
+            if status != antler_proto::runs::RunStatus::Success {
+                anyhow::bail!("the run ended {}", status.as_str_name());
+            }
+        }
         Command::Serve { service, serve } => {
             let program = format!("antler serve {}", service.registration().name);
             antler_kit::cli::run(&program, &serve, &[service.registration()]).await?;

@@ -151,6 +151,10 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
         }
     };
 
+    let outcome = match outcome {
+        Outcome::Completed { stop_reason, outputs } => verify_outputs(engine, &run, &declared, stop_reason, outputs).await,
+        other => other,
+    };
     let outcome = match local.cause() {
         Some(StopCause::Cancel) => match outcome {
             Outcome::Failed(_) | Outcome::Cancelled { .. } => Outcome::Cancelled { outputs: Outputs::default() },
@@ -174,6 +178,43 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
     local.token.cancel();
     keep_alive.abort();
     engine.local.lock().unwrap_or_else(|p| p.into_inner()).remove(&run.run_id);
+}
+
+/// Success cannot rest on words: what counts as produced is what the sandbox's outputs directory
+/// holds (SnapshotOutputs), not what the agent says. When there is something to deliver and the
+/// sandbox cannot be asked, the run cannot be verified and ends ERROR `delivery_unverifiable`.
+async fn verify_outputs(engine: &Engine, run: &runs::Model, declared: &[String], stop_reason: String, outputs: Outputs) -> Outcome {
+    use antler_proto::sandbox::SnapshotOutputsRequest;
+    use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
+    let snapshot = match engine.clients.get("sandbox") {
+        None => Err("no sandbox client is configured".to_owned()),
+        Some(client) => {
+            let ctx = antler_kit::CallContext::background(run.user_id.clone());
+            let request = client.request(&ctx, SnapshotOutputsRequest { thread_id: run.thread_id.clone() });
+            match SandboxServiceClient::new(client.channel()).snapshot_outputs(request).await {
+                Ok(response) => Ok(response.into_inner().files),
+                // The thread never had a sandbox: nothing was produced.
+                Err(status) if status.code() == tonic::Code::NotFound => Ok(Vec::new()),
+                Err(status) => Err(format!("the sandbox service answered {:?}: {}", status.code(), status.message())),
+            }
+        }
+    };
+    match snapshot {
+        Ok(files) => {
+            let produced = files
+                .into_iter()
+                .map(|f| antler_proto::runs::OutputFile { path: f.path, size: f.size_bytes, sha256: f.sha256, mime_type: f.mime_type })
+                .collect();
+            Outcome::Completed { stop_reason, outputs: Outputs { produced, presented: outputs.presented } }
+        }
+        Err(_) if declared.is_empty() && outputs.presented.is_empty() => Outcome::Completed { stop_reason, outputs: Outputs::default() },
+        Err(reason) => Outcome::Failed(RunError {
+            code: "delivery_unverifiable".to_owned(),
+            message: format!("the run's outputs could not be checked: {reason}\nhint: check clients.sandbox (endpoint, service_token)"),
+            retryable: true,
+            details: None,
+        }),
+    }
 }
 
 /// Where the agent starts: on a resumed attempt, the run's own latest checkpoint; otherwise the

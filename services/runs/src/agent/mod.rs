@@ -75,6 +75,17 @@ impl std::fmt::Debug for AgentContext {
 }
 
 impl AgentContext {
+    /// Channels to the other services (sandbox, models, …).
+    pub fn clients(&self) -> &antler_kit::Clients {
+        &self.engine.clients
+    }
+
+    /// The identity calls made for this run carry: the run's user, presented with this service's
+    /// `clients.<service>.service_token` (the worker has no caller token of its own).
+    pub fn call_context(&self) -> antler_kit::CallContext {
+        antler_kit::CallContext::background(self.spec.user_id.clone())
+    }
+
     /// Fires when the agent must stop (cancel, fencing, shutdown).
     pub fn cancelled(&self) -> CancellationToken {
         self.local.token.clone()

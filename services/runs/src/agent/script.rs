@@ -10,7 +10,7 @@
 //! | `{"sleep_ms": n}` | waits (cancellable) |
 //! | `{"checkpoint": true}` | saves the state; a run resumed after a takeover continues after it |
 //! | `{"usage": {"model": m, "caller": c, "input": i, "output": o}}` | records token usage |
-//! | `{"produce": path, "size": n}` | reports an output file as produced |
+//! | `{"produce": path, "text": t}` | writes the file through the sandbox service (`size` n: n bytes of `x`) |
 //! | `{"present": path}` | reports an output file as presented |
 //! | `{"custom": value}` | emits a custom event |
 //! | `{"fail": "message"}` | ends the run ERROR |
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use antler_proto::common::{ContentPart, Message, Role, TextPart, Usage, content_part};
 use antler_proto::runs::run_event::Kind;
-use antler_proto::runs::{CustomEvent, MessageDelta, MessageEvent, OutputFile, RunError};
+use antler_proto::runs::{CustomEvent, MessageDelta, MessageEvent, RunError};
 use futures::future::BoxFuture;
 use serde_json::Value;
 
@@ -124,8 +124,14 @@ async fn execute(steps: &[Value], ctx: AgentContext) -> Outcome {
                 Usage { input_tokens: n("input"), output_tokens: n("output"), total_tokens: n("input") + n("output"), ..Usage::default() };
             ctx.record_usage(caller, model, &usage).await
         } else if let Some(Value::String(path)) = step.get("produce") {
-            let size = step.get("size").and_then(Value::as_u64).unwrap_or(0);
-            outputs.produced.push(OutputFile { path: path.clone(), size, sha256: String::new(), mime_type: String::new() });
+            let text = match step.get("text").and_then(Value::as_str) {
+                Some(text) => text.to_owned(),
+                None => "x".repeat(step.get("size").and_then(Value::as_u64).unwrap_or(0).min(1 << 20) as usize),
+            };
+            // The file is written for real; what counts as produced is what the sandbox then holds.
+            if let Err(error) = produce(&ctx, path, text).await {
+                tracing::warn!(path, %error, "script produce step failed");
+            }
             Ok(())
         } else if let Some(Value::String(path)) = step.get("present") {
             outputs.presented.push(path.clone());
@@ -149,6 +155,21 @@ async fn execute(steps: &[Value], ctx: AgentContext) -> Outcome {
         }
     }
     Outcome::Completed { stop_reason, outputs }
+}
+
+/// Writes `text` to `path` in the run's sandbox (acquiring it first).
+async fn produce(ctx: &AgentContext, path: &str, text: String) -> Result<(), tonic::Status> {
+    use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
+    use antler_proto::sandbox::{AcquireSandboxRequest, WriteFileRequest, write_file_request};
+    let client = ctx.clients().get("sandbox").ok_or_else(|| tonic::Status::unavailable("no sandbox client"))?;
+    let call = ctx.call_context();
+    let mut grpc = SandboxServiceClient::new(client.channel());
+    let thread_id = ctx.spec.thread_id.clone();
+    grpc.acquire_sandbox(client.request(&call, AcquireSandboxRequest { thread_id: thread_id.clone() })).await?;
+    let write =
+        WriteFileRequest { thread_id, path: path.to_owned(), content: Some(write_file_request::Content::Text(text)), ..Default::default() };
+    grpc.write_file(client.request(&call, write)).await?;
+    Ok(())
 }
 
 fn bad_step(index: usize) -> Outcome {

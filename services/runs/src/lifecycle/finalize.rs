@@ -68,7 +68,10 @@ pub async fn finalize(
     let worker = engine.worker_id.as_str();
     let (mut status, mut stop_reason, mut error, outputs, cancelled) = match outcome {
         Outcome::Completed { stop_reason, outputs } => (SUCCESS, stop_reason, None, outputs, false),
-        Outcome::Failed(error) => (ERROR, "error".to_owned(), Some(error), Outputs::default(), false),
+        Outcome::Failed(error) => {
+            let stop_reason = if error.code.starts_with("delivery_") { error.code.clone() } else { "error".to_owned() };
+            (ERROR, stop_reason, Some(error), Outputs::default(), false)
+        }
         Outcome::Cancelled { outputs } => (INTERRUPTED, "cancelled".to_owned(), None, outputs, true),
     };
     let receipt = receipt(declared, &outputs);
