@@ -136,6 +136,30 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
     Ok(())
 }
 
+/// The whole `main` of a single-service binary: flags, then [`run`], then the exit code.
+///
+/// ```ignore
+/// antler_kit::service_main!("antler-runs", "threads and runs", antler_runs::SERVICE);
+/// ```
+#[macro_export]
+macro_rules! service_main {
+    ($program:literal, $about:literal, $service:expr) => {
+        #[doc = concat!("Serve the Antler ", $about, ".")]
+        #[derive(clap::Parser, Debug)]
+        #[command(name = $program, version, about = concat!("Serve the Antler ", $about, "."))]
+        struct Args {
+            #[command(flatten)]
+            serve: $crate::cli::ServeArgs,
+        }
+
+        #[tokio::main]
+        async fn main() -> std::process::ExitCode {
+            let args = <Args as clap::Parser>::parse();
+            $crate::cli::exit_code($crate::cli::run($program, &args.serve, &[$service]).await)
+        }
+    };
+}
+
 /// Turns the outcome of [`run`] into the process exit code, printing a failure as `error: …` with its
 /// hint (and no backtrace: these are an operator's errors, not the program's).
 pub fn exit_code<E: std::fmt::Display>(result: Result<(), E>) -> std::process::ExitCode {
