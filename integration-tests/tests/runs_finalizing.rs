@@ -49,3 +49,25 @@ async fn a_finalizing_run_cannot_be_cancelled_and_a_dead_finalizer_is_closed_by_
     }
     Ok(())
 }
+
+/// A run whose workers keep dying is not retried forever: past `runs.max_attempts` it ends ERROR.
+#[tokio::test]
+async fn a_run_past_max_attempts_ends_error_instead_of_another_takeover() -> anyhow::Result<()> {
+    let db = TestDb::new(antler_integration_tests::db::Backend::Sqlite).await?;
+    let server = start_runs(&db, "  max_concurrent_runs: 1\n  max_attempts: 2\n")?;
+    let (mut runs, _) = clients(&server).await?;
+    let blocker = runs.create_run(authed(run_request("", json!([{"wait_cancel": true}])), ALICE)).await?.into_inner().run.unwrap_or_default();
+    wait_run(&mut runs, ALICE, &blocker.run_id, T, |r| r.status() == RunStatus::Running).await?;
+    let run = runs.create_run(authed(run_request("", json!([{"say": "x"}])), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let conn = db.connect().await?;
+    conn.execute_raw(Statement::from_string(
+        conn.get_database_backend(),
+        format!("UPDATE runs SET status = 'running', owner_worker_id = 'gone', lease_expires_at = 1, attempt = 2 WHERE run_id = '{}'", run.run_id),
+    ))
+    .await?;
+    let ended = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    assert_eq!((ended.status(), ended.stop_reason.as_str()), (RunStatus::Error, "max_attempts_exceeded"));
+    assert_eq!(ended.error.map(|e| e.code), Some("max_attempts_exceeded".to_owned()));
+    assert_eq!(constructions(&server, &run.run_id), 0);
+    Ok(())
+}
