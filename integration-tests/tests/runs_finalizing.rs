@@ -19,7 +19,8 @@ async fn a_finalizing_run_cannot_be_cancelled_and_a_dead_finalizer_is_closed_by_
         // One slot, held by a blocker, keeps the run we tamper with from ever starting here.
         let server = start_runs(&db, "  max_concurrent_runs: 1\n")?;
         let (mut runs, _) = clients(&server).await?;
-        let blocker = runs.create_run(authed(run_request("", json!([{"wait_cancel": true}])), ALICE)).await?.into_inner().run.unwrap_or_default();
+        let blocker =
+            runs.create_run(authed(run_request("", json!([{"wait_cancel": true}])), ALICE)).await?.into_inner().run.unwrap_or_default();
         wait_run(&mut runs, ALICE, &blocker.run_id, T, |r| r.status() == RunStatus::Running).await?;
         let run = runs.create_run(authed(run_request("", json!([{"say": "x"}])), ALICE)).await?.into_inner().run.unwrap_or_default();
 
@@ -42,8 +43,15 @@ async fn a_finalizing_run_cannot_be_cancelled_and_a_dead_finalizer_is_closed_by_
         conn.execute_raw(Statement::from_string(conn.get_database_backend(), sql(1))).await?;
         let closed = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
         assert_eq!((closed.status(), closed.stop_reason.as_str()), (RunStatus::Success, "completed"), "{backend:?}");
-        let events = runs.list_run_events(authed(ListRunEventsRequest { run_id: run.run_id.clone(), ..Default::default() }, ALICE)).await?.into_inner().events;
-        assert!(matches!(events.last().and_then(|e| e.kind.as_ref()), Some(run_event::Kind::End(end)) if end.status() == RunStatus::Success), "END last");
+        let events = runs
+            .list_run_events(authed(ListRunEventsRequest { run_id: run.run_id.clone(), ..Default::default() }, ALICE))
+            .await?
+            .into_inner()
+            .events;
+        assert!(
+            matches!(events.last().and_then(|e| e.kind.as_ref()), Some(run_event::Kind::End(end)) if end.status() == RunStatus::Success),
+            "END last"
+        );
         assert_eq!(constructions(&server, &run.run_id), 0, "{backend:?}: nothing was re-run");
         runs.cancel_run(authed(CancelRunRequest { run_id: blocker.run_id.clone(), ..Default::default() }, ALICE)).await?;
     }
@@ -56,13 +64,17 @@ async fn a_run_past_max_attempts_ends_error_instead_of_another_takeover() -> any
     let db = TestDb::new(antler_integration_tests::db::Backend::Sqlite).await?;
     let server = start_runs(&db, "  max_concurrent_runs: 1\n  max_attempts: 2\n")?;
     let (mut runs, _) = clients(&server).await?;
-    let blocker = runs.create_run(authed(run_request("", json!([{"wait_cancel": true}])), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let blocker =
+        runs.create_run(authed(run_request("", json!([{"wait_cancel": true}])), ALICE)).await?.into_inner().run.unwrap_or_default();
     wait_run(&mut runs, ALICE, &blocker.run_id, T, |r| r.status() == RunStatus::Running).await?;
     let run = runs.create_run(authed(run_request("", json!([{"say": "x"}])), ALICE)).await?.into_inner().run.unwrap_or_default();
     let conn = db.connect().await?;
     conn.execute_raw(Statement::from_string(
         conn.get_database_backend(),
-        format!("UPDATE runs SET status = 'running', owner_worker_id = 'gone', lease_expires_at = 1, attempt = 2 WHERE run_id = '{}'", run.run_id),
+        format!(
+            "UPDATE runs SET status = 'running', owner_worker_id = 'gone', lease_expires_at = 1, attempt = 2 WHERE run_id = '{}'",
+            run.run_id
+        ),
     ))
     .await?;
     let ended = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
