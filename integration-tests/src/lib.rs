@@ -15,6 +15,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use tonic::transport::Channel;
 
 pub mod db;
+pub mod llm_double;
 pub mod runs;
 
 /// Where the built binaries are.
@@ -50,6 +51,9 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
     /// Listen address (default `127.0.0.1:0`, a free port).
     pub listen: Option<String>,
+    /// Data directory (default: a fresh temporary one). A fixed one lets a restarted process find
+    /// what its predecessor left (sandbox workspaces, the SQLite database).
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Launch {
@@ -73,6 +77,11 @@ impl Launch {
 
     pub fn listen(mut self, addr: impl Into<String>) -> Self {
         self.listen = Some(addr.into());
+        self
+    }
+
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
         self
     }
 }
@@ -116,7 +125,7 @@ pub fn try_start(binary_name: &str, launch: Launch) -> Result<std::result::Resul
     let mut command = Command::new(binary(binary_name)?);
     command.args(&launch.args);
     command.arg("--listen").arg(launch.listen.as_deref().unwrap_or("127.0.0.1:0"));
-    command.arg("--data-dir").arg(dir.path().join("data"));
+    command.arg("--data-dir").arg(launch.data_dir.clone().unwrap_or_else(|| dir.path().join("data")));
     if let Some(yaml) = &launch.config {
         let path = dir.path().join("antler.yaml");
         std::fs::write(&path, yaml)?;

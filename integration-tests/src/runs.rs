@@ -102,3 +102,52 @@ pub fn is_terminal(run: &Run) -> bool {
 pub fn constructions(process: &Process, run_id: &str) -> usize {
     process.stderr().lines().filter(|l| l.contains("agent constructed") && l.contains(run_id)).count()
 }
+
+/// `antler.yaml` for `antler up` running the lead agent (`runs.agent: lead`) against the model
+/// upstream double `models` (a `models:` section), with the local sandbox provider and host bash on.
+/// `extra` adds lines to the `runs:` section, as in [`config`].
+pub fn agent_config(db: &TestDb, models: &str, extra: &str) -> String {
+    format!(
+        "server:\n  shutdown_grace_secs: 5\n  auth:\n    enabled: true\n    api_keys:\n      - key: {ALICE}\n        user: alice\n      - key: {BOB}\n        user: bob\n      - key: {SERVICE}\n        user: antler-runs\n        service: true\nclients:\n  sandbox:\n    service_token: {SERVICE}\n  models:\n    service_token: {SERVICE}\nruns:\n  database:\n    url: \"{}\"\n  lease_secs: 3\n  lease_grace_secs: 0\n  sweep_interval_secs: 1\n  heartbeat_secs: 1\n  drain_secs: 1\n  agent: lead\n{extra}sandbox:\n  provider: local\n  allow_host_bash: true\n{models}",
+        db.url
+    )
+}
+
+/// Starts `antler up` with [`agent_config`]; `data_dir` fixed when a restarted process must find
+/// its predecessor's sandbox files.
+pub fn start_agent_up(db: &TestDb, models: &str, extra: &str, data_dir: Option<&std::path::Path>) -> Result<Process> {
+    let mut launch = Launch::new(["up"]).config(agent_config(db, models, extra));
+    if let Some(dir) = data_dir {
+        launch = launch.data_dir(dir);
+    }
+    start("antler", launch)
+}
+
+/// A CreateRunRequest on `thread_id` (empty: a new thread) with a plain text prompt.
+pub fn prompt_request(thread_id: &str, text: &str) -> CreateRunRequest {
+    CreateRunRequest { thread_id: thread_id.to_owned(), input: vec![user_text(text)], ..CreateRunRequest::default() }
+}
+
+/// Every stored event of `run_id`, in order.
+pub async fn run_events(runs: &mut RunServiceClient<Channel>, key: &str, run_id: &str) -> Result<Vec<antler_proto::runs::RunEvent>> {
+    let mut events = Vec::new();
+    let mut after_seq = 0;
+    loop {
+        let page = runs
+            .list_run_events(authed(
+                antler_proto::runs::ListRunEventsRequest { run_id: run_id.to_owned(), after_seq, ..Default::default() },
+                key,
+            ))
+            .await?
+            .into_inner();
+        let more = page.page.is_some_and(|p| !p.next_page_token.is_empty());
+        if let Some(last) = page.events.last() {
+            after_seq = last.seq;
+        }
+        let empty = page.events.is_empty();
+        events.extend(page.events);
+        if empty || !more {
+            return Ok(events);
+        }
+    }
+}

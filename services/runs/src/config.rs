@@ -42,9 +42,12 @@ pub struct RunsConfig {
     pub max_metadata_bytes: u32,
     /// Live events buffered per run for subscribers; a subscriber further behind re-reads the store.
     pub event_buffer: u32,
-    /// The agent runs execute. `script` (until the lead agent lands): echoes the input, or follows a
-    /// JSON script given as the input text (see the README).
+    /// The agent runs execute. `script` (the default): echoes the input, or follows a JSON script
+    /// given as the input text (see the README). `lead`: the lead agent, a model ⇄ tools loop through
+    /// the models and sandbox services (settings in `lead`).
     pub agent: AgentKind,
+    /// Settings of the lead agent (used with `agent: lead`).
+    pub lead: crate::agent::lead::config::LeadConfig,
 }
 
 impl Default for RunsConfig {
@@ -66,6 +69,7 @@ impl Default for RunsConfig {
             max_metadata_bytes: 16 * 1024,
             event_buffer: 1024,
             agent: AgentKind::Script,
+            lead: Default::default(),
         }
     }
 }
@@ -75,6 +79,7 @@ impl Default for RunsConfig {
 #[serde(rename_all = "snake_case")]
 pub enum AgentKind {
     Script,
+    Lead,
 }
 
 /// Where runs, threads, events and checkpoints are stored.
@@ -133,6 +138,7 @@ impl RunsConfig {
         check_range("runs.max_input_messages", self.max_input_messages.into(), 1, 100_000)?;
         check_range("runs.max_metadata_bytes", self.max_metadata_bytes.into(), 256, 16 * 1024 * 1024)?;
         check_range("runs.event_buffer", self.event_buffer.into(), 16, 1_000_000)?;
+        self.lead.validate()?;
         Ok(())
     }
 }

@@ -41,7 +41,10 @@ fn register<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFut
             hub: Arc::new(stream::EventHub::new(config.event_buffer as usize)),
             worker_id,
             clients: ctx.clients.clone(),
-            agents: Arc::new(agent::script::ScriptFactory),
+            agents: match config.agent {
+                config::AgentKind::Script => Arc::new(agent::script::ScriptFactory),
+                config::AgentKind::Lead => Arc::new(agent::lead::LeadFactory { config: config.lead.clone(), custom: Vec::new() }),
+            },
             local: Default::default(),
             wake: Default::default(),
             permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_runs as usize)),

@@ -11,7 +11,7 @@ use crate::error::RunsError;
 use crate::json::{json_text_to_struct, struct_to_json};
 use crate::lifecycle::{ACTIVE, ERROR, INTERRUPTED};
 use crate::paging;
-use crate::store::entity::{checkpoints, feedback, run_events, runs, threads};
+use crate::store::entity::{checkpoints, feedback, run_events, runs, threads, tool_effects};
 use crate::store::now_ms;
 use crate::time::to_timestamp;
 
@@ -140,7 +140,7 @@ pub async fn update(
     find(engine, user_id, thread_id).await
 }
 
-/// Deletes a thread with its runs, events, checkpoints and feedback. FAILED_PRECONDITION while a run
+/// Deletes a thread with its runs, events, checkpoints, side-effect journal and feedback. FAILED_PRECONDITION while a run
 /// is active. Returns how many runs were removed.
 pub async fn delete(engine: &Engine, user_id: &str, thread_id: &str) -> Result<u64, RunsError> {
     find(engine, user_id, thread_id).await?;
@@ -168,6 +168,7 @@ pub async fn delete(engine: &Engine, user_id: &str, thread_id: &str) -> Result<u
     for chunk in run_ids.chunks(500) {
         run_events::Entity::delete_many().filter(run_events::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
         feedback::Entity::delete_many().filter(feedback::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
+        tool_effects::Entity::delete_many().filter(tool_effects::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
     }
     runs::Entity::delete_many().filter(runs::Column::UserId.eq(user_id)).filter(runs::Column::ThreadId.eq(thread_id)).exec(&*tx).await?;
     checkpoints::Entity::delete_many()

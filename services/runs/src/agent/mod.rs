@@ -1,12 +1,15 @@
-//! What executes inside a run: anything implementing [`Agent`]. The lead agent lands with issue #6;
-//! until then the built-in [`script::ScriptAgent`] echoes its input or follows a JSON script, which
-//! is also what the lifecycle tests drive.
+//! What executes inside a run: anything implementing [`Agent`]. `runs.agent` picks one: the built-in
+//! [`script::ScriptAgent`] (the default; it echoes its input or follows a JSON script, which is what
+//! the lifecycle tests drive) or the [`lead::LeadAgent`] (a model ⇄ tools loop).
 //!
 //! An agent talks to the run only through [`AgentContext`]: it emits events, writes checkpoints and
 //! reports usage there, and every one of those writes is refused once the worker lost its lease
 //! ([`Fenced`]) — so an agent cannot write after fencing even by mistake.
 
+pub mod journal;
+pub mod lead;
 pub mod script;
+pub mod thread_title;
 
 use std::sync::Arc;
 

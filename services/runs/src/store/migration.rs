@@ -10,7 +10,7 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(Initial)]
+        vec![Box::new(Initial), Box::new(ToolEffects)]
     }
 
     fn migration_table_name() -> DynIden {
@@ -137,6 +137,45 @@ impl MigrationTrait for Initial {
         for table in ["feedback", "checkpoints", "run_events", "runs", "threads"] {
             db.execute_unprepared(&format!("DROP TABLE IF EXISTS {table}")).await?;
         }
+        Ok(())
+    }
+}
+
+/// The side-effect journal (DESIGN §4 invariant 6): intent before a side-effecting tool call, result
+/// after, keyed by (run, tool call id).
+struct ToolEffects;
+
+impl MigrationName for ToolEffects {
+    fn name(&self) -> &str {
+        "m0002_tool_effects"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for ToolEffects {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .get_connection()
+            .execute_unprepared(
+                "CREATE TABLE tool_effects (
+                run_id TEXT NOT NULL,
+                tool_call_id TEXT NOT NULL,
+                tool_name TEXT NOT NULL,
+                arguments TEXT NOT NULL,
+                attempt INTEGER NOT NULL,
+                intent_at BIGINT NOT NULL,
+                result TEXT,
+                is_error BOOLEAN NOT NULL DEFAULT FALSE,
+                result_at BIGINT,
+                PRIMARY KEY (run_id, tool_call_id)
+            )",
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.get_connection().execute_unprepared("DROP TABLE IF EXISTS tool_effects").await?;
         Ok(())
     }
 }

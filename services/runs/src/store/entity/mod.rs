@@ -7,3 +7,4 @@ pub mod feedback;
 pub mod run_events;
 pub mod runs;
 pub mod threads;
+pub mod tool_effects;

@@ -1,0 +1,249 @@
+//! Middleware behaviour of the lead agent seen from outside: loop detection's hard stop, the
+//! clarification interrupt, dangling tool calls repaired on the next run.
+
+use std::time::Duration;
+
+use antler_integration_tests::db::{Backend, TestDb};
+use antler_integration_tests::llm_double::{AfterLast, LlmDouble, Turn, call};
+use antler_integration_tests::runs::*;
+use antler_proto::runs::run_event::Kind;
+use antler_proto::runs::{RunEvent, RunStatus};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+
+fn last_assistant_text(events: &[RunEvent]) -> String {
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match &e.kind {
+            Some(Kind::Message(m)) => m.message.as_ref().filter(|m| m.role == antler_proto::common::Role::Assistant as i32).map(|m| {
+                m.content
+                    .iter()
+                    .filter_map(|p| match &p.part {
+                        Some(antler_proto::common::content_part::Part::Text(t)) => Some(t.text.clone()),
+                        _ => None,
+                    })
+                    .collect::<String>()
+            }),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// A model that calls the same tool with the same arguments forever: warned at the 3rd repetition,
+/// stopped at the 5th with the forced-stop note and stop_reason `loop_capped`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_identical_tool_calls_are_warned_then_hard_stopped() -> anyhow::Result<()> {
+    let double = LlmDouble::start(
+        vec![Turn::tools("Checking again.", vec![call("l", "ls", json!({"description": "look", "path": "/mnt/user-data"}))])],
+        AfterLast::Repeat,
+    )
+    .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let server = start_agent_up(&db, &double.models_yaml(), "", None)?;
+    let (mut runs, _) = clients(&server).await?;
+    let run = runs.create_run(authed(prompt_request("", "List the files"), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    assert_eq!(run.status(), RunStatus::Success, "{:?}\n{}", run.error, server.stderr());
+    assert_eq!(run.stop_reason, "loop_capped");
+
+    let requests = double.requests();
+    assert_eq!(requests.len(), 5, "the 5th identical turn is the last model call");
+    let warned: Vec<usize> =
+        requests.iter().enumerate().filter(|(_, r)| r["messages"].to_string().contains("[LOOP DETECTED]")).map(|(i, _)| i).collect();
+    assert_eq!(warned, vec![3], "the warning is injected once, before the 4th call");
+
+    let events = run_events(&mut runs, ALICE, &run.run_id).await?;
+    let tools = events.iter().filter(|e| matches!(e.kind, Some(Kind::ToolStarted(_)))).count();
+    assert_eq!(tools, 4, "the capped turn's tool call is stripped, not run");
+    let answer = last_assistant_text(&events);
+    assert!(answer.starts_with("Checking again.") && answer.contains("[FORCED STOP]"), "{answer}");
+    Ok(())
+}
+
+/// `ask_clarification` never executes: the run ends with a ClarificationEvent and stop_reason
+/// `clarification`; the next run on the thread carries the answer and the model sees the question.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_clarification_interrupts_and_the_next_run_carries_the_answer() -> anyhow::Result<()> {
+    let double = LlmDouble::start(
+        vec![
+            Turn::tools(
+                "",
+                vec![call(
+                    "q1",
+                    "ask_clarification",
+                    json!({"question": "Which format?", "clarification_type": "approach_choice", "options": ["markdown", "pdf"]}),
+                )],
+            ),
+            Turn::text("Markdown it is."),
+        ],
+        AfterLast::Refuse,
+    )
+    .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let server = start_agent_up(&db, &double.models_yaml(), "", None)?;
+    let (mut runs, _) = clients(&server).await?;
+    let first = runs.create_run(authed(prompt_request("", "Write a report"), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let first = wait_run(&mut runs, ALICE, &first.run_id, T, is_terminal).await?;
+    assert_eq!(first.stop_reason, "clarification", "{:?}\n{}", first.error, server.stderr());
+    let events = run_events(&mut runs, ALICE, &first.run_id).await?;
+    let question = events
+        .iter()
+        .find_map(|e| match &e.kind {
+            Some(Kind::Clarification(c)) => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    assert_eq!(question.question, "Which format?");
+    assert_eq!(question.category, "approach_choice");
+    assert_eq!(question.options.iter().map(|o| o.label.as_str()).collect::<Vec<_>>(), vec!["markdown", "pdf"]);
+    assert_eq!(question.tool_call_id, "q1");
+    let (_, mut threads) = clients(&server).await?;
+    let thread = threads
+        .get_thread(authed(antler_proto::runs::GetThreadRequest { thread_id: first.thread_id.clone() }, ALICE))
+        .await?
+        .into_inner()
+        .thread
+        .unwrap_or_default();
+    assert_eq!(thread.status(), antler_proto::runs::ThreadStatus::Interrupted, "a thread waiting for an answer is interrupted");
+
+    let second = runs.create_run(authed(prompt_request(&first.thread_id, "markdown"), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let second = wait_run(&mut runs, ALICE, &second.run_id, T, is_terminal).await?;
+    assert_eq!(second.status(), RunStatus::Success, "{:?}", second.error);
+    let requests = double.requests();
+    assert_eq!(requests.len(), 2, "the clarification ended the first run without another model call");
+    let seen = requests[1]["messages"].to_string();
+    assert!(seen.contains("Which format?") && seen.contains("markdown"), "{seen}");
+    Ok(())
+}
+
+/// A tool on the guardrail's denylist never runs; the model reads the denial as an error result and
+/// the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guardrail_denial_reaches_the_model_and_the_tool_never_runs() -> anyhow::Result<()> {
+    let double = LlmDouble::start(
+        vec![
+            Turn::tools("", vec![call("b1", "bash", json!({"description": "x", "command": "echo ran > /mnt/user-data/workspace/ran"}))]),
+            Turn::text("bash is not allowed here."),
+        ],
+        AfterLast::Refuse,
+    )
+    .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let data = tempfile::tempdir()?;
+    let extra = "  lead:\n    guardrails:\n      enabled: true\n      denied_tools: [bash]\n";
+    let server = start_agent_up(&db, &double.models_yaml(), extra, Some(data.path()))?;
+    let (mut runs, _) = clients(&server).await?;
+    let run = runs.create_run(authed(prompt_request("", "Run something"), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    assert_eq!(run.status(), RunStatus::Success, "{:?}\n{}", run.error, server.stderr());
+    let ran = data.path().join(format!("sandbox/users/alice/threads/{}/user-data/workspace/ran", run.thread_id));
+    assert!(!ran.exists(), "the denied command never ran");
+    let events = run_events(&mut runs, ALICE, &run.run_id).await?;
+    assert!(events.iter().any(|e| matches!(&e.kind, Some(Kind::Custom(c)) if c.name == "guardrail_denied")));
+    let told = double.requests()[1]["messages"].to_string();
+    assert!(told.contains("Guardrail denied: tool 'bash' was blocked (oap.tool_denied)"), "{told}");
+    Ok(())
+}
+
+/// Plan mode: `write_todos` keeps a plan in the thread state; a final answer that leaves items
+/// unfinished sends the model back with a completion reminder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_mode_reminds_the_model_of_unfinished_todos() -> anyhow::Result<()> {
+    let plan = |second: &str| json!({"todos": [{"content": "collect", "status": "completed"}, {"content": "summarise", "status": second}]});
+    let double = LlmDouble::start(
+        vec![
+            Turn::tools("", vec![call("t1", "write_todos", plan("in_progress"))]),
+            Turn::text("All done."),
+            Turn::tools("", vec![call("t2", "write_todos", plan("completed"))]),
+            Turn::text("Now all done."),
+        ],
+        AfterLast::Refuse,
+    )
+    .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let server = start_agent_up(&db, &double.models_yaml(), "", None)?;
+    let (mut runs, _) = clients(&server).await?;
+    let mut request = prompt_request("", "Collect and summarise");
+    request.config = Some(antler_proto::runs::RunConfig { plan_mode: true, ..Default::default() });
+    let run = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
+    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    assert_eq!(run.status(), RunStatus::Success, "{:?}\n{}", run.error, server.stderr());
+    let requests = double.requests();
+    assert_eq!(requests.len(), 4);
+    let tools = requests[0]["tools"].to_string();
+    assert!(tools.contains("write_todos"), "plan mode offers write_todos");
+    assert!(!requests[1]["messages"].to_string().contains("incomplete items"));
+    let reminded = requests[2]["messages"].to_string();
+    assert!(reminded.contains("incomplete items") && reminded.contains("[in_progress] summarise"), "{reminded}");
+    let events = run_events(&mut runs, ALICE, &run.run_id).await?;
+    let todos = events
+        .iter()
+        .rev()
+        .find_map(|e| match &e.kind {
+            Some(Kind::Values(v)) => v.values.as_ref().and_then(|s| s.fields.get("todos")).cloned(),
+            _ => None,
+        })
+        .unwrap_or_default();
+    assert_eq!(format!("{todos:?}").matches("completed").count(), 2, "{todos:?}");
+    Ok(())
+}
+
+/// Files uploaded with a message (and still there) are announced to the model before the message's
+/// text; a file part naming a missing upload is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploaded_files_are_announced_to_the_model() -> anyhow::Result<()> {
+    use antler_proto::common::{ContentPart, FilePart, content_part};
+    use antler_proto::runs::CreateThreadRequest;
+    use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
+    use antler_proto::sandbox::{
+        AcquireSandboxRequest, UploadChunk, UploadFileSpec, UploadFilesRequest, UploadHeader, upload_files_request,
+    };
+
+    let double = LlmDouble::start(vec![Turn::text("I see the notes.")], AfterLast::Refuse).await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let server = start_agent_up(&db, &double.models_yaml(), "", None)?;
+    let (mut runs, mut threads) = clients(&server).await?;
+    let thread = threads
+        .create_thread(authed(CreateThreadRequest { thread_id: "uploads-1".to_owned(), ..Default::default() }, ALICE))
+        .await?
+        .into_inner()
+        .thread
+        .unwrap_or_default();
+    let mut sandbox = SandboxServiceClient::new(server.channel().await?);
+    sandbox.acquire_sandbox(authed(AcquireSandboxRequest { thread_id: thread.thread_id.clone() }, ALICE)).await?;
+    let data = b"hello notes".to_vec();
+    let header = UploadHeader {
+        thread_id: thread.thread_id.clone(),
+        files: vec![UploadFileSpec { filename: "notes.txt".to_owned(), size_bytes: data.len() as u64, ..Default::default() }],
+        ..Default::default()
+    };
+    let stream = tokio_stream::iter(vec![
+        UploadFilesRequest { payload: Some(upload_files_request::Payload::Header(header)) },
+        UploadFilesRequest { payload: Some(upload_files_request::Payload::Chunk(UploadChunk { file_index: 0, data: data.clone() })) },
+    ]);
+    let uploaded = sandbox.upload_files(authed(stream, ALICE)).await?.into_inner();
+    let path = uploaded.files.first().map(|f| f.virtual_path.clone()).unwrap_or_default();
+    assert_eq!(path, "/mnt/user-data/uploads/notes.txt");
+
+    let mut message = user_text("Summarise the notes");
+    for (name, size) in [("notes.txt", data.len() as u64), ("ghost.txt", 1)] {
+        message.content.push(ContentPart {
+            part: Some(content_part::Part::File(FilePart {
+                path: format!("/mnt/user-data/uploads/{name}"),
+                name: name.to_owned(),
+                size_bytes: size,
+                ..Default::default()
+            })),
+        });
+    }
+    let request = antler_proto::runs::CreateRunRequest { thread_id: thread.thread_id.clone(), input: vec![message], ..Default::default() };
+    let run = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
+    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    assert_eq!(run.status(), RunStatus::Success, "{:?}\n{}", run.error, server.stderr());
+    let seen = double.requests()[0]["messages"].to_string();
+    assert!(seen.contains("<current_uploads>") && seen.contains("Path: /mnt/user-data/uploads/notes.txt"), "{seen}\n{}", server.stderr());
+    assert!(!seen.contains("Path: /mnt/user-data/uploads/ghost.txt"), "{seen}");
+    Ok(())
+}

@@ -1,0 +1,49 @@
+//! The built-in middlewares, one file each, in DeerFlow's order (DESIGN §5):
+//! ThreadData → Uploads → Sandbox → DanglingToolCall → Guardrail (when enabled) → ToolErrorHandling →
+//! Todo (plan mode) → Title → LoopDetection → Clarification (always last).
+
+pub mod clarification;
+pub mod dangling_tool_call;
+pub mod guardrail;
+pub mod loop_detection;
+pub mod sandbox;
+pub mod thread_data;
+pub mod title;
+pub mod todo;
+pub mod tool_error_handling;
+pub mod uploads;
+
+use std::sync::Arc;
+
+use super::config::LeadConfig;
+use super::pipeline::Middleware;
+
+/// The built-in layers a run gets under `config` (each built fresh: some keep per-run state).
+pub fn defaults(config: &LeadConfig, plan_mode: bool, clarification_disabled: bool) -> Vec<Arc<dyn Middleware>> {
+    let mut layers: Vec<Arc<dyn Middleware>> = vec![
+        Arc::new(thread_data::ThreadData),
+        Arc::new(uploads::Uploads),
+        Arc::new(sandbox::SandboxMiddleware),
+        Arc::new(dangling_tool_call::DanglingToolCall),
+    ];
+    if config.guardrails.enabled {
+        let provider = super::guardrail::AllowlistProvider {
+            allowed: config.guardrails.allowed_tools.clone(),
+            denied: config.guardrails.denied_tools.clone(),
+        };
+        layers.push(Arc::new(guardrail::Guardrail { provider: Arc::new(provider), fail_closed: config.guardrails.fail_closed }));
+    }
+    layers.push(Arc::new(tool_error_handling::ToolErrorHandling));
+    if plan_mode {
+        layers.push(Arc::new(todo::TodoMiddleware::default()));
+    }
+    if config.title.enabled {
+        layers.push(Arc::new(title::Title::new(config.title.clone())));
+    }
+    if config.loop_detection.enabled {
+        layers.push(Arc::new(loop_detection::LoopDetection::new(config.loop_detection.clone())));
+    }
+    layers.push(Arc::new(clarification::Clarification { disabled: clarification_disabled }));
+    layers.retain(|layer| !config.middlewares.disabled.iter().any(|name| name == layer.name()));
+    layers
+}

@@ -1,0 +1,129 @@
+//! The innermost model call: ModelService.ChatStream, its deltas streamed to the run's events as
+//! they arrive (text, thinking, tool-call arguments), the finished message returned. Cancellation is
+//! checked at every chunk; dropping the stream aborts the upstream call.
+
+use antler_proto::models::chat_stream_response::Delta;
+use antler_proto::models::model_service_client::ModelServiceClient;
+use antler_proto::models::{ChatRequest, ChatStreamRequest, FinishReason};
+use antler_proto::runs::run_event::Kind;
+use antler_proto::runs::{MessageDelta, ToolCallDelta};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+
+use super::env::RunEnv;
+use super::pipeline::{LoopError, ModelResult, ModelTerminal, ModelTurn};
+
+/// Longest a model stream may take end to end.
+const STREAM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Calls the models service (`clients.models`).
+#[derive(Debug, Default)]
+pub struct ChatStreamCall;
+
+impl ModelTerminal for ChatStreamCall {
+    fn call<'a>(&'a self, env: &'a RunEnv, request: ChatRequest) -> BoxFuture<'a, ModelResult> {
+        Box::pin(stream_turn(env, request))
+    }
+}
+
+fn unavailable(message: String) -> LoopError {
+    LoopError::Model { code: "model_unavailable".to_owned(), message, retryable: true }
+}
+
+async fn stream_turn(env: &RunEnv, request: ChatRequest) -> ModelResult {
+    let ctx = &env.ctx;
+    let client = ctx
+        .clients()
+        .get("models")
+        .ok_or_else(|| unavailable("no models client is configured\nhint: set clients.models in antler.yaml".to_owned()))?;
+    let cancel = ctx.cancelled();
+    let message_id = uuid::Uuid::now_v7().to_string();
+    let mut call = client.request(&ctx.call_context(), ChatStreamRequest { request: Some(request) });
+    // The client's default deadline (`clients.models.timeout_ms`, 30 s) is for unary calls; a long
+    // answer streams for longer. Liveness is the models service's chunk timeout; this is a backstop.
+    call.set_timeout(STREAM_DEADLINE);
+    let mut grpc = ModelServiceClient::new(client.channel());
+    let opened = tokio::select! {
+        opened = grpc.chat_stream(call) => opened,
+        () = cancel.cancelled() => return Err(LoopError::Cancelled),
+    };
+    let mut stream = opened.map_err(model_status)?.into_inner();
+    let (mut text_offset, mut thinking_offset) = (0u64, 0u64);
+    let mut argument_offsets: Vec<u64> = Vec::new();
+    loop {
+        let item = tokio::select! {
+            item = stream.next() => item,
+            () = cancel.cancelled() => return Err(LoopError::Cancelled),
+        };
+        let response = match item {
+            None => return Err(unavailable("the model stream ended without a finish".to_owned())),
+            Some(Err(status)) => return Err(model_status(status)),
+            Some(Ok(response)) => response,
+        };
+        let delta = match response.delta {
+            Some(Delta::Text(t)) if !t.text.is_empty() => {
+                let delta = MessageDelta { text: t.text.clone(), text_offset, ..base(&message_id) };
+                text_offset += t.text.len() as u64;
+                delta
+            }
+            Some(Delta::Thinking(t)) if !t.text.is_empty() => {
+                let delta = MessageDelta { thinking: t.text.clone(), thinking_offset, ..base(&message_id) };
+                thinking_offset += t.text.len() as u64;
+                delta
+            }
+            Some(Delta::ToolCallStart(start)) => {
+                let tool = ToolCallDelta { index: start.index, id: start.id, name: start.name, ..ToolCallDelta::default() };
+                MessageDelta { tool_calls: vec![tool], ..base(&message_id) }
+            }
+            Some(Delta::ToolCallDelta(d)) if !d.arguments_delta.is_empty() => {
+                let index = d.index as usize;
+                if argument_offsets.len() <= index {
+                    argument_offsets.resize(index + 1, 0);
+                }
+                let tool = ToolCallDelta {
+                    index: d.index,
+                    arguments: d.arguments_delta.clone(),
+                    arguments_offset: argument_offsets[index],
+                    ..ToolCallDelta::default()
+                };
+                argument_offsets[index] += d.arguments_delta.len() as u64;
+                MessageDelta { tool_calls: vec![tool], ..base(&message_id) }
+            }
+            Some(Delta::Finish(finish)) => {
+                let info = finish.info.unwrap_or_default();
+                let finish_reason = info.finish_reason();
+                if finish_reason == FinishReason::Error {
+                    let error = info.error.unwrap_or_default();
+                    return Err(LoopError::Model {
+                        code: "model_error".to_owned(),
+                        message: format!("the model failed mid-answer: {} ({})", error.message, error.code),
+                        retryable: error.retryable,
+                    });
+                }
+                let mut message = finish.message.unwrap_or_default();
+                message.id = message_id;
+                message.usage = info.usage;
+                return Ok(ModelTurn { message, finish_reason, usage: info.usage, model_name: info.model_name });
+            }
+            _ => continue,
+        };
+        ctx.emit(Kind::MessageDelta(delta)).await?;
+    }
+}
+
+fn base(message_id: &str) -> MessageDelta {
+    MessageDelta { message_id: message_id.to_owned(), replayable: true, ..MessageDelta::default() }
+}
+
+fn model_status(status: tonic::Status) -> LoopError {
+    let code = match status.code() {
+        tonic::Code::Unavailable | tonic::Code::ResourceExhausted | tonic::Code::NotFound => "model_unavailable",
+        _ => "model_error",
+    };
+    let retryable = matches!(status.code(), tonic::Code::Unavailable | tonic::Code::ResourceExhausted);
+    LoopError::Model {
+        code: code.to_owned(),
+        message: format!("the models service answered {:?}: {}", status.code(), status.message()),
+        retryable,
+    }
+}
