@@ -99,6 +99,11 @@ async fn feedback_is_one_per_user_per_run_and_usage_adds_up_by_model_and_caller(
     assert_eq!((by_caller.lead_agent_tokens, by_caller.middleware_tokens), (115, 4));
     assert_eq!(usage.by_model.get("m1").and_then(|m| m.usage.as_ref()).map(|u| u.total_tokens), Some(115));
 
+    // ListRuns with no thread lists all of the caller's runs, newest first.
+    let all = runs.list_runs(authed(ListRunsRequest::default(), ALICE)).await?.into_inner().runs;
+    assert_eq!(all.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(), vec![cancelled.run_id.clone(), done.run_id.clone()]);
+    assert!(runs.list_runs(authed(ListRunsRequest::default(), BOB)).await?.into_inner().runs.is_empty());
+
     let first = runs
         .submit_feedback(authed(
             SubmitFeedbackRequest { run_id: done.run_id.clone(), rating: 1, comment: "good".into(), ..Default::default() },

@@ -424,6 +424,10 @@ struct CpuSample {
     idle: u64,
     steal: u64,
     irq: u64,
+    iowait: u64,
+    /// The machine's writes to disk so far (`pgpgout`, KiB), and when this was sampled.
+    written_kib: u64,
+    at: Instant,
 }
 
 fn cpu_sample() -> CpuSample {
@@ -444,7 +448,20 @@ fn cpu_sample() -> CpuSample {
         .and_then(|s| s.lines().next().map(|l| l.split_whitespace().skip(1).take(8).map(|f| f.parse().unwrap_or(0)).collect()))
         .unwrap_or_default();
     let at = |i: usize| v.get(i).copied().unwrap_or(0);
-    CpuSample { processes, total: v.iter().sum(), idle: at(3) + at(4), steal: at(7), irq: at(5) + at(6) }
+    let written_kib = std::fs::read_to_string("/proc/vmstat")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("pgpgout ").and_then(|n| n.trim().parse().ok())))
+        .unwrap_or(0);
+    CpuSample {
+        processes,
+        total: v.iter().sum(),
+        idle: at(3) + at(4),
+        steal: at(7),
+        irq: at(5) + at(6),
+        iowait: at(4),
+        written_kib,
+        at: Instant::now(),
+    }
 }
 
 /// Where the machine's cores went between two samples, in cores.
@@ -459,6 +476,9 @@ struct CpuUse {
     irq: f64,
     /// The busiest other process, if any used a tenth of a core.
     top_other: Option<(String, f64)>,
+    /// Cores idle waiting for the disk, and the machine's disk writes in MB/s.
+    iowait: f64,
+    disk_mb_s: f64,
 }
 
 impl std::fmt::Display for CpuUse {
@@ -471,7 +491,7 @@ impl std::fmt::Display for CpuUse {
         if let Some((comm, cores)) = &self.top_other {
             write!(f, ", busiest other process {comm} {cores:.2}")?;
         }
-        write!(f, ")")
+        write!(f, "; iowait {:.2}, disk writes {:.0} MB/s)", self.iowait, self.disk_mb_s)
     }
 }
 
@@ -500,6 +520,8 @@ fn cpu_use(a: &CpuSample, b: &CpuSample) -> CpuUse {
         steal: as_cores(b.steal.saturating_sub(a.steal)),
         irq: as_cores(b.irq.saturating_sub(a.irq)),
         top_other: top_other.map(|(comm, t)| (comm, as_cores(t))).filter(|(_, cores)| *cores >= 0.1),
+        iowait: as_cores(b.iowait.saturating_sub(a.iowait)),
+        disk_mb_s: b.written_kib.saturating_sub(a.written_kib) as f64 / 1024.0 / b.at.duration_since(a.at).as_secs_f64().max(1e-3),
     }
 }
 

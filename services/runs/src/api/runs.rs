@@ -166,15 +166,15 @@ impl RunService for RunApi {
     async fn list_runs(&self, request: Request<ListRunsRequest>) -> Result<Response<ListRunsResponse>, Status> {
         let user = Identity::of(&request)?.user_id.clone();
         let req = request.into_inner();
-        thread_domain::find(&self.engine, &user, &req.thread_id).await?;
         let page = req.page.unwrap_or_default();
         let size = paging::size(page.page_size, paging::DEFAULT_PAGE, paging::MAX_PAGE);
-        let mut query = runs::Entity::find()
-            .filter(runs::Column::UserId.eq(user.as_str()))
-            .filter(runs::Column::ThreadId.eq(req.thread_id.as_str()))
-            .order_by_desc(runs::Column::CreatedAt)
-            .order_by_desc(runs::Column::RunId)
-            .limit(size);
+        let mut query = runs::Entity::find().filter(runs::Column::UserId.eq(user.as_str()));
+        // An empty thread_id lists all of the caller's runs.
+        if !req.thread_id.is_empty() {
+            thread_domain::find(&self.engine, &user, &req.thread_id).await?;
+            query = query.filter(runs::Column::ThreadId.eq(req.thread_id.as_str()));
+        }
+        let mut query = query.order_by_desc(runs::Column::CreatedAt).order_by_desc(runs::Column::RunId).limit(size);
         let mut statuses = Vec::new();
         for (i, status) in req.statuses.iter().enumerate() {
             let status = RunStatus::try_from(*status)
