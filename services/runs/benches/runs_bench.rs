@@ -242,32 +242,7 @@ impl Server {
 
 /// What `antler_runs::SERVICE.register` does, with [`ProbeFactory`] instead of the script agent.
 async fn register_with_probe(set: &mut ServiceSet, ctx: &ServiceContext) -> Result<()> {
-    use antler_proto::runs::{run_service_server::RunServiceServer, thread_service_server::ThreadServiceServer};
-    use antler_runs::{api, engine, store, stream, worker};
-    let config = antler_runs::config::load(&ctx.config)?;
-    let store = store::Store::open(&config.database, &ctx.config.server.data_dir).await?;
-    let engine = Arc::new(engine::Engine {
-        store,
-        hub: Arc::new(stream::EventHub::new(config.event_buffer as usize)),
-        worker_id: format!("bench-{}", uuid::Uuid::new_v4().simple()),
-        clients: ctx.clients.clone(),
-        agents: Arc::new(ProbeFactory),
-        local: Default::default(),
-        wake: Default::default(),
-        permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_runs as usize)),
-        shutdown: ctx.shutdown.child_token(),
-        constructed: AtomicU64::new(0),
-        config,
-    });
-    worker::spawn(engine.clone()).await;
-    let drain = engine.clone();
-    set.on_drain(async move {
-        drain.shutdown.cancelled().await;
-        worker::drain(drain).await;
-    });
-    set.describe(antler_proto::FILE_DESCRIPTOR_SET);
-    antler_kit::add_service!(set, ThreadServiceServer::new(api::threads::ThreadApi { engine: engine.clone() }));
-    antler_kit::add_service!(set, RunServiceServer::new(api::runs::RunApi { engine }));
+    antler_runs::mount(set, ctx, Some(Arc::new(ProbeFactory))).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
 }
 

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use antler_kit::ServiceSet;
-use antler_kit::cli::{RegisterFuture, Registration, ServiceContext};
+use antler_kit::cli::{BoxError, RegisterFuture, Registration, ServiceContext};
 use antler_proto::runs::{run_service_server, thread_service_server};
 
 /// How `antler-runs` and `antler up` mount this service.
@@ -32,37 +32,49 @@ pub const SERVICE: Registration = Registration { name: "runs", validate: config:
 
 fn register<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFuture<'a> {
     Box::pin(async move {
-        let config = config::load(&ctx.config)?;
-        let store = store::Store::open(&config.database, &ctx.config.server.data_dir).await?;
-        let worker_id = format!("{}-{}", hostname(), uuid::Uuid::new_v4().simple());
-        tracing::info!(worker_id, max_concurrent_runs = config.max_concurrent_runs, "runs worker starting");
-        let engine = Arc::new(engine::Engine {
-            store,
-            hub: Arc::new(stream::EventHub::new(config.event_buffer as usize)),
-            worker_id,
-            clients: ctx.clients.clone(),
-            agents: match config.agent {
-                config::AgentKind::Script => Arc::new(agent::script::ScriptFactory),
-                config::AgentKind::Lead => Arc::new(agent::lead::LeadFactory { config: config.lead.clone(), custom: Vec::new() }),
-            },
-            local: Default::default(),
-            wake: Default::default(),
-            permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_runs as usize)),
-            shutdown: ctx.shutdown.child_token(),
-            constructed: AtomicU64::new(0),
-            config,
-        });
-        worker::spawn(engine.clone()).await;
-        let drain = engine.clone();
-        set.on_drain(async move {
-            drain.shutdown.cancelled().await;
-            worker::drain(drain).await;
-        });
-        set.describe(antler_proto::FILE_DESCRIPTOR_SET);
-        antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(api::threads::ThreadApi { engine: engine.clone() }));
-        antler_kit::add_service!(set, run_service_server::RunServiceServer::new(api::runs::RunApi { engine }));
+        mount(set, ctx, None).await?;
         Ok(())
     })
+}
+
+/// Opens the database, starts this replica's workers and mounts both gRPC services. `agents`
+/// replaces the agent chosen by `runs.agent` (for benchmarks and embedding programs).
+pub async fn mount(
+    set: &mut ServiceSet,
+    ctx: &ServiceContext,
+    agents: Option<Arc<dyn agent::AgentFactory>>,
+) -> Result<Arc<engine::Engine>, BoxError> {
+    let config = config::load(&ctx.config)?;
+    let store = store::Store::open(&config.database, &ctx.config.server.data_dir).await?;
+    let worker_id = format!("{}-{}", hostname(), uuid::Uuid::new_v4().simple());
+    tracing::info!(worker_id, max_concurrent_runs = config.max_concurrent_runs, "runs worker starting");
+    let agents = agents.unwrap_or_else(|| match config.agent {
+        config::AgentKind::Script => Arc::new(agent::script::ScriptFactory),
+        config::AgentKind::Lead => Arc::new(agent::lead::LeadFactory { config: config.lead.clone(), custom: Vec::new() }),
+    });
+    let engine = Arc::new(engine::Engine {
+        store,
+        hub: Arc::new(stream::EventHub::new(config.event_buffer as usize)),
+        worker_id,
+        clients: ctx.clients.clone(),
+        agents,
+        local: Default::default(),
+        wake: Default::default(),
+        permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_runs as usize)),
+        shutdown: ctx.shutdown.child_token(),
+        constructed: AtomicU64::new(0),
+        config,
+    });
+    worker::spawn(engine.clone()).await;
+    let drain = engine.clone();
+    set.on_drain(async move {
+        drain.shutdown.cancelled().await;
+        worker::drain(drain).await;
+    });
+    set.describe(antler_proto::FILE_DESCRIPTOR_SET);
+    antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(api::threads::ThreadApi { engine: engine.clone() }));
+    antler_kit::add_service!(set, run_service_server::RunServiceServer::new(api::runs::RunApi { engine: engine.clone() }));
+    Ok(engine)
 }
 
 fn hostname() -> String {
