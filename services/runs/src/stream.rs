@@ -68,23 +68,19 @@ pub async fn append(
     kind: Kind,
 ) -> Result<Option<RunEvent>, RunsError> {
     let now = now_ms();
-    let mut update = runs::Entity::update_many()
-        .col_expr(runs::Column::LastSeq, Expr::col(runs::Column::LastSeq).add(1))
-        .col_expr(runs::Column::UpdatedAt, Expr::value(now))
-        .filter(runs::Column::RunId.eq(run_id));
+    // One statement allocates the next seq and checks ownership: UPDATE … RETURNING.
+    let mut update = sea_orm::sea_query::Query::update();
+    update
+        .table(runs::Entity)
+        .value(runs::Column::LastSeq, Expr::col(runs::Column::LastSeq).add(1))
+        .value(runs::Column::UpdatedAt, now)
+        .and_where(runs::Column::RunId.eq(run_id))
+        .returning_col(runs::Column::LastSeq);
     if let Writer::Owner(worker) = writer {
-        update = update.filter(runs::Column::OwnerWorkerId.eq(worker)).filter(runs::Column::Status.is_in(["running", "finalizing"]));
+        update.and_where(runs::Column::OwnerWorkerId.eq(worker)).and_where(runs::Column::Status.is_in(["running", "finalizing"]));
     }
-    if update.exec(db).await?.rows_affected == 0 {
-        return Ok(None);
-    }
-    let seq: i64 = runs::Entity::find_by_id(run_id.to_owned())
-        .select_only()
-        .column(runs::Column::LastSeq)
-        .into_tuple()
-        .one(db)
-        .await?
-        .ok_or_else(|| RunsError::NotFound(format!("run {run_id}")))?;
+    let Some(row) = db.query_one(&update).await? else { return Ok(None) };
+    let seq: i64 = row.try_get("", "last_seq")?;
     let event = RunEvent {
         run_id: run_id.to_owned(),
         seq: seq as u64,
