@@ -102,6 +102,29 @@ pub async fn append(
     Ok(Some(event))
 }
 
+/// Writes the first event (seq 1) of a run inserted in the same transaction with `last_seq = 1`.
+pub async fn insert_first(db: &impl ConnectionTrait, run_id: &str, thread_id: &str, kind: Kind, now: i64) -> Result<RunEvent, RunsError> {
+    let event = RunEvent {
+        run_id: run_id.to_owned(),
+        seq: 1,
+        time: Some(to_timestamp(now)),
+        thread_id: thread_id.to_owned(),
+        task_id: String::new(),
+        kind: Some(kind),
+    };
+    let kind_number = event.kind.as_ref().map(kind_of).unwrap_or(EventKind::Unspecified) as i32;
+    run_events::Entity::insert(run_events::ActiveModel {
+        run_id: Set(run_id.to_owned()),
+        seq: Set(1),
+        kind: Set(kind_number),
+        payload: Set(event.encode_to_vec()),
+        created_at: Set(now),
+    })
+    .exec_without_returning(db)
+    .await?;
+    Ok(event)
+}
+
 /// Reads stored events after `after_seq`, oldest first.
 pub async fn read_after(store: &Store, run_id: &str, after_seq: u64, kinds: &[i32], limit: u64) -> Result<Vec<RunEvent>, RunsError> {
     let mut query = run_events::Entity::find()

@@ -16,8 +16,8 @@ use super::{ACTIVE, Ending, FINALIZING, INTERRUPTED, PENDING, end_by_service};
 use crate::engine::{Engine, StopCause};
 use crate::error::RunsError;
 use crate::store::entity::{runs, threads};
-use crate::store::{StoreError, now_ms};
-use crate::stream::{Writer, append};
+use crate::store::now_ms;
+use crate::stream::insert_first;
 use crate::threads::valid_thread_id;
 
 /// Metadata keys that carry credentials: refused, so secrets never land in stored metadata.
@@ -259,15 +259,18 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         }
     }
 
-    // The thread: an existing one of this user, or a new one when no id was given.
-    let thread = if req.thread_id.is_empty() {
+    let run_id = uuid::Uuid::now_v7().to_string();
+    // The thread: an existing one of this user, or a new one when no id was given (which can have no
+    // active run, and starts out naming this run as its latest: fewer statements in the writer slot).
+    let new_thread = req.thread_id.is_empty();
+    let thread = if new_thread {
         let thread = threads::Model {
             user_id: user_id.to_owned(),
             thread_id: uuid::Uuid::now_v7().to_string(),
             title: String::new(),
             metadata: "{}".to_owned(),
             head_checkpoint_id: None,
-            latest_run_id: None,
+            latest_run_id: Some(run_id.clone()),
             created_at: now,
             updated_at: now,
         };
@@ -299,13 +302,17 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         Ok(MultitaskStrategy::Unspecified) | Err(_) => MultitaskStrategy::Reject,
         Ok(s) => s,
     };
-    let active = runs::Entity::find()
-        .filter(runs::Column::UserId.eq(user_id))
-        .filter(runs::Column::ThreadId.eq(thread.thread_id.as_str()))
-        .filter(runs::Column::Status.is_in(ACTIVE))
-        .filter(runs::Column::Queued.eq(false))
-        .one(&*tx)
-        .await?;
+    let active = if new_thread {
+        None
+    } else {
+        runs::Entity::find()
+            .filter(runs::Column::UserId.eq(user_id))
+            .filter(runs::Column::ThreadId.eq(thread.thread_id.as_str()))
+            .filter(runs::Column::Status.is_in(ACTIVE))
+            .filter(runs::Column::Queued.eq(false))
+            .one(&*tx)
+            .await?
+    };
     let mut queued = false;
     if let Some(active) = active {
         match strategy {
@@ -351,7 +358,6 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
     let mut stored = req.clone();
     stored.secrets.clear();
     stored.thread_id = thread.thread_id.clone();
-    let run_id = uuid::Uuid::now_v7().to_string();
     let model_name = stored.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
     let metadata = stored.metadata.as_ref().map(struct_to_json).unwrap_or_else(|| "{}".to_owned());
     let run = runs::Model {
@@ -378,7 +384,8 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         final_status: None,
         usage: RunUsage::default().encode_to_vec(),
         delivery: None,
-        last_seq: 0,
+        // The METADATA event below is seq 1, written with the run.
+        last_seq: 1,
         created_at: now,
         started_at: None,
         finished_at: None,
@@ -392,21 +399,17 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         model_name,
         checkpoint_id: base_checkpoint.unwrap_or_default(),
     });
-    if let Some(event) = append(&*tx, &run_id, &thread.thread_id, Writer::Service, metadata_event).await? {
-        effects.events.push(event);
+    effects.events.push(insert_first(&*tx, &run_id, &thread.thread_id, metadata_event, now).await?);
+    if !new_thread {
+        threads::Entity::update_many()
+            .col_expr(threads::Column::LatestRunId, sea_orm::sea_query::Expr::value(run_id.as_str()))
+            .col_expr(threads::Column::UpdatedAt, sea_orm::sea_query::Expr::value(now))
+            .filter(threads::Column::UserId.eq(user_id))
+            .filter(threads::Column::ThreadId.eq(thread.thread_id.as_str()))
+            .exec(&*tx)
+            .await?;
     }
-    threads::Entity::update_many()
-        .col_expr(threads::Column::LatestRunId, sea_orm::sea_query::Expr::value(run_id.as_str()))
-        .col_expr(threads::Column::UpdatedAt, sea_orm::sea_query::Expr::value(now))
-        .filter(threads::Column::UserId.eq(user_id))
-        .filter(threads::Column::ThreadId.eq(thread.thread_id.as_str()))
-        .exec(&*tx)
-        .await?;
     tx.commit().await?;
-    let run = runs::Entity::find_by_id(run_id)
-        .one(engine.store.db())
-        .await?
-        .ok_or_else(|| StoreError::Corrupt("admitted run vanished".to_owned()))?;
     metrics::counter!("antler_runs_admitted_total", "strategy" => strategy.as_str_name()).increment(1);
     Ok((Admitted { run, reused: false }, effects))
 }
