@@ -151,3 +151,15 @@ pub async fn run_events(runs: &mut RunServiceClient<Channel>, key: &str, run_id:
         }
     }
 }
+
+/// Starts a run that waits to be cancelled and returns once it is RUNNING: with
+/// `max_concurrent_runs: 1` it holds the only worker slot, so later runs stay PENDING.
+pub async fn hold_the_only_slot(runs: &mut RunServiceClient<Channel>) -> Result<Run> {
+    let blocker = runs
+        .create_run(authed(run_request("", serde_json::json!([{"wait_cancel": true}])), ALICE))
+        .await?
+        .into_inner()
+        .run
+        .unwrap_or_default();
+    wait_run(runs, ALICE, &blocker.run_id, Duration::from_secs(20), |r| r.status() == RunStatus::Running).await
+}

@@ -19,9 +19,7 @@ async fn a_finalizing_run_cannot_be_cancelled_and_a_dead_finalizer_is_closed_by_
         // One slot, held by a blocker, keeps the run we tamper with from ever starting here.
         let server = start_runs(&db, "  max_concurrent_runs: 1\n")?;
         let (mut runs, _) = clients(&server).await?;
-        let blocker =
-            runs.create_run(authed(run_request("", json!([{"wait_cancel": true}])), ALICE)).await?.into_inner().run.unwrap_or_default();
-        wait_run(&mut runs, ALICE, &blocker.run_id, T, |r| r.status() == RunStatus::Running).await?;
+        let blocker = hold_the_only_slot(&mut runs).await?;
         let run = runs.create_run(authed(run_request("", json!([{"say": "x"}])), ALICE)).await?.into_inner().run.unwrap_or_default();
 
         // Pretend a worker on another replica got as far as FINALIZING (receipt and intended status
@@ -64,9 +62,7 @@ async fn a_run_past_max_attempts_ends_error_instead_of_another_takeover() -> any
     let db = TestDb::new(antler_integration_tests::db::Backend::Sqlite).await?;
     let server = start_runs(&db, "  max_concurrent_runs: 1\n  max_attempts: 2\n")?;
     let (mut runs, _) = clients(&server).await?;
-    let blocker =
-        runs.create_run(authed(run_request("", json!([{"wait_cancel": true}])), ALICE)).await?.into_inner().run.unwrap_or_default();
-    wait_run(&mut runs, ALICE, &blocker.run_id, T, |r| r.status() == RunStatus::Running).await?;
+    hold_the_only_slot(&mut runs).await?;
     let run = runs.create_run(authed(run_request("", json!([{"say": "x"}])), ALICE)).await?.into_inner().run.unwrap_or_default();
     let conn = db.connect().await?;
     conn.execute_raw(Statement::from_string(

@@ -21,9 +21,7 @@ async fn cancel_while_pending_never_builds_agent() -> anyhow::Result<()> {
         // One worker slot, held by a blocker, keeps the next run PENDING for as long as we like.
         let server = start_runs(&db, "  max_concurrent_runs: 1\n")?;
         let (mut runs, _) = clients(&server).await?;
-        let blocker =
-            runs.create_run(authed(run_request("", json!([{"wait_cancel": true}])), ALICE)).await?.into_inner().run.unwrap_or_default();
-        wait_run(&mut runs, ALICE, &blocker.run_id, T, |r| r.status() == RunStatus::Running).await?;
+        let blocker = hold_the_only_slot(&mut runs).await?;
 
         let run = runs.create_run(authed(run_request("", json!([{"say": "never"}])), ALICE)).await?.into_inner().run.unwrap_or_default();
         assert_eq!(run.status(), RunStatus::Pending, "{backend:?}");

@@ -106,7 +106,7 @@ fn spawn_demo(serve: &ServeArgs) -> anyhow::Result<()> {
     tokio::spawn(async move {
         let result = async {
             let channel = client::connect(&endpoint, Duration::from_secs(30)).await?;
-            println!("\ndemo run (the built-in script agent; the lead agent lands with issue #6):");
+            println!("\ndemo run (the built-in script agent; set runs.agent: lead for the model-driven agent):");
             client::stream_and_print(channel, token.as_deref(), client::demo_request()).await
         }
         .await;
