@@ -240,3 +240,25 @@ def test_server_stream_through_stub(stubs_dir: Path, channel: grpc.Channel) -> N
         assert_acceptable(JOIN_RUN, error)
     else:
         assert all(event is not None for event in events)
+
+
+# --------------------------------------------------------------------------------------------------
+# (d) The Python example streams a whole lead-agent run
+# --------------------------------------------------------------------------------------------------
+
+
+def test_the_python_example_streams_the_demo_run(stubs_dir: Path, server: Server) -> None:
+    """``examples/python/stream_run.py`` against ``antler up`` with no models configured: the built-in
+    ``demo`` model plays its transcript, and the run succeeds only because its file was delivered."""
+    example = REPO / "examples" / "python" / "stream_run.py"
+    output = "/mnt/user-data/outputs/hello.md"
+    result = subprocess.run(
+        [sys.executable, str(example), "Write a hello note and present it", "--addr", server.address,
+         "--plan", "--expect", output, "--stubs", str(stubs_dir)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    shown = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\n{server.logs()}"
+    assert result.returncode == 0, shown
+    for expected in ("tool write_todos(", "tool write_file(", "tool present_files(", "delivery receipt: satisfied",
+                     output, "end: SUCCESS"):
+        assert expected in result.stdout, f"{expected!r} missing\n{shown}"

@@ -147,6 +147,50 @@ async fn a_guardrail_denial_reaches_the_model_and_the_tool_never_runs() -> anyho
     Ok(())
 }
 
+/// A guardrail provider that cannot answer (the policy webhook's port is closed) denies every call
+/// when `fail_closed` (the default): the command never runs and the model reads DeerFlow's
+/// fail-closed text. With `fail_closed: false` the same failure lets the call run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_guardrail_provider_denies_when_fail_closed_and_allows_when_fail_open() -> anyhow::Result<()> {
+    // A port nothing listens on: bound, then closed, so the connection is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    for fail_closed in [true, false] {
+        let double = LlmDouble::start(
+            vec![
+                Turn::tools(
+                    "",
+                    vec![call("b1", "bash", json!({"description": "x", "command": "echo ran > /mnt/user-data/workspace/ran"}))],
+                ),
+                Turn::text("Done."),
+            ],
+            AfterLast::Refuse,
+        )
+        .await?;
+        let db = TestDb::new(Backend::Sqlite).await?;
+        let data = tempfile::tempdir()?;
+        let extra = format!(
+            "  lead:\n    guardrails:\n      enabled: true\n      fail_closed: {fail_closed}\n      webhook:\n        url: http://{closed}/evaluate\n        timeout_ms: 500\n"
+        );
+        let server = start_agent_up(&db, &double.models_yaml(), &extra, Some(data.path()))?;
+        let (mut runs, _) = clients(&server).await?;
+        let run = runs.create_run(authed(prompt_request("", "Run something"), ALICE)).await?.into_inner().run.unwrap_or_default();
+        let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+        assert_eq!(run.status(), RunStatus::Success, "a denial is not a failed run: {:?}\n{}", run.error, server.stderr());
+        let ran = data.path().join(format!("sandbox/users/alice/threads/{}/user-data/workspace/ran", run.thread_id));
+        let told = double.requests()[1]["messages"].to_string();
+        if fail_closed {
+            assert!(!ran.exists(), "fail-closed: the command never ran");
+            assert!(told.contains("Guardrail denied: tool 'bash' was blocked (oap.evaluator_error)"), "{told}");
+            assert!(told.contains("guardrail provider error (fail-closed)"), "{told}");
+            assert!(server.stderr().contains("guardrail provider failed"), "the failure is logged");
+        } else {
+            assert!(ran.exists(), "fail-open: the command ran");
+            assert!(!told.contains("Guardrail denied"), "{told}");
+        }
+    }
+    Ok(())
+}
+
 /// Plan mode: `write_todos` keeps a plan in the thread state; a final answer that leaves items
 /// unfinished sends the model back with a completion reminder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

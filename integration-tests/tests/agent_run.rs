@@ -224,3 +224,53 @@ async fn a_run_past_its_recursion_limit_ends_error() -> anyhow::Result<()> {
     assert_eq!(double.requests().len(), 2, "model, tools, model = 3 steps; the next tool round is refused");
     Ok(())
 }
+
+/// The receipt's `produced` is what this run created or changed: the outputs directory is listed
+/// before the run (the baseline) and after it. A file an earlier run on the thread left unchanged is
+/// neither produced again nor owed a presentation, yet still satisfies a declared output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_receipt_counts_only_what_this_run_produced() -> anyhow::Result<()> {
+    const A: &str = "/mnt/user-data/outputs/a.md";
+    const B: &str = "/mnt/user-data/outputs/b.md";
+    let write = |id: &str, path: &str| call(id, "write_file", json!({"description": "w", "path": path, "content": "text"}));
+    let double = LlmDouble::start(
+        vec![
+            // Run 1: writes and presents a.md.
+            Turn::tools("", vec![write("w1", A)]),
+            Turn::tools("", vec![call("p1", "present_files", json!({"filepaths": [A]}))]),
+            Turn::text("a.md is ready."),
+            // Run 2: writes b.md and never presents it.
+            Turn::tools("", vec![write("w2", B)]),
+            Turn::text("b.md is ready."),
+            // Run 3: touches nothing.
+            Turn::text("Nothing to do."),
+        ],
+        AfterLast::Refuse,
+    )
+    .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let server = start_agent_up(&db, &double.models_yaml(), "", None)?;
+    let (mut runs, _) = clients(&server).await?;
+    let paths = |receipt: &antler_proto::runs::DeliveryReceipt| receipt.produced.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
+
+    let first = runs.create_run(authed(prompt_request("", "Write a.md"), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let first = wait_run(&mut runs, ALICE, &first.run_id, T, is_terminal).await?;
+    assert_eq!(first.status(), RunStatus::Success, "{:?}\n{}", first.error, server.stderr());
+    assert_eq!(paths(&first.delivery.clone().unwrap_or_default()), vec![A.to_owned()]);
+
+    let second = runs.create_run(authed(prompt_request(&first.thread_id, "Write b.md"), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let second = wait_run(&mut runs, ALICE, &second.run_id, T, is_terminal).await?;
+    let receipt = second.delivery.clone().unwrap_or_default();
+    assert_eq!((second.status(), second.stop_reason.as_str()), (RunStatus::Error, "delivery_incomplete"));
+    assert_eq!(paths(&receipt), vec![B.to_owned()], "a.md is unchanged since the run started: not produced by it");
+    assert_eq!(receipt.missing, vec![B.to_owned()]);
+
+    let mut request = prompt_request(&first.thread_id, "Is a.md still there?");
+    request.expected_outputs = vec![A.to_owned()];
+    let third = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
+    let third = wait_run(&mut runs, ALICE, &third.run_id, T, is_terminal).await?;
+    let receipt = third.delivery.clone().unwrap_or_default();
+    assert_eq!(third.status(), RunStatus::Success, "{receipt:?}");
+    assert!(receipt.produced.is_empty() && receipt.satisfied, "{receipt:?}");
+    Ok(())
+}

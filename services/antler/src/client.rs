@@ -40,77 +40,160 @@ pub async fn stream_and_print(channel: tonic::transport::Channel, token: Option<
         request.metadata_mut().insert("authorization", format!("Bearer {token}").parse()?);
     }
     let mut stream = RunServiceClient::new(channel).stream_run(request).await?.into_inner();
-    let mut out = std::io::stdout();
-    let mut in_text = false;
-    let mut status = RunStatus::Unspecified;
+    let mut printer = Printer::default();
     while let Some(item) = stream.next().await {
         let Some(event) = item?.event else { continue };
         let Some(kind) = event.kind else { continue };
-        if in_text && !matches!(kind, Kind::MessageDelta(_) | Kind::Heartbeat(_)) {
-            writeln!(out)?;
-            in_text = false;
-        }
-        match kind {
-            Kind::Metadata(m) => writeln!(out, "[{:>3}] run {} on thread {} (attempt {})", event.seq, m.run_id, m.thread_id, m.attempt)?,
-            Kind::MessageDelta(d) => {
-                if !in_text {
-                    write!(out, "[{:>3}] assistant: ", event.seq)?;
-                    in_text = true;
-                }
-                write!(out, "{}", d.text)?;
-            }
-            Kind::Message(_) => {}
-            Kind::Values(v) => writeln!(out, "[{:>3}] checkpoint {} (step {})", event.seq, v.checkpoint_id, v.step)?,
-            Kind::ToolStarted(t) => writeln!(out, "[{:>3}] tool {} started", event.seq, t.name)?,
-            Kind::ToolFinished(t) => {
-                writeln!(out, "[{:>3}] tool {} finished{}", event.seq, t.name, if t.is_error { " with an error" } else { "" })?
-            }
-            Kind::Delivery(d) => writeln!(
-                out,
-                "[{:>3}] delivery: {} produced, {} presented, {} declared, {}",
-                event.seq,
-                d.produced.len(),
-                d.presented.len(),
-                d.declared.len(),
-                if d.satisfied { "satisfied".to_owned() } else { format!("missing {}", d.missing.join(", ")) }
-            )?,
-            Kind::Error(e) => writeln!(out, "[{:>3}] error: {}", event.seq, e.error.map(|e| e.message).unwrap_or_default())?,
-            Kind::End(end) => {
-                status = end.status();
-                let usage = end.usage.unwrap_or_default();
-                writeln!(
-                    out,
-                    "[{:>3}] end: {} ({}), {} tokens",
-                    event.seq,
-                    status.as_str_name().trim_start_matches("RUN_STATUS_"),
-                    end.stop_reason,
-                    usage.total_tokens
-                )?;
-                if let Some(error) = end.error {
-                    writeln!(out, "      {}: {}", error.code, error.message)?;
-                }
-            }
-            Kind::Heartbeat(_) => {}
-            other => writeln!(out, "[{:>3}] {:?}", event.seq, other)?,
-        }
-        out.flush()?;
+        printer.print(event.seq, kind)?;
     }
-    Ok(status)
+    Ok(printer.status)
 }
 
-/// The run `antler up --demo` streams: what a work order with a declared output looks like.
+/// Which streamed text a line is in the middle of.
+#[derive(Debug, Default, PartialEq, Eq, Clone, Copy)]
+enum Open {
+    #[default]
+    None,
+    Text,
+    Thinking,
+}
+
+/// Prints events as terminal lines: streamed text as it arrives, one line per tool call and result.
+#[derive(Debug, Default)]
+struct Printer {
+    open: Open,
+    status: RunStatus,
+}
+
+impl Printer {
+    fn print(&mut self, seq: u64, kind: Kind) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        let streaming = match &kind {
+            Kind::MessageDelta(d) if !d.thinking.is_empty() => Open::Thinking,
+            Kind::MessageDelta(d) if !d.text.is_empty() => Open::Text,
+            Kind::MessageDelta(_) | Kind::Heartbeat(_) | Kind::Message(_) => self.open,
+            _ => Open::None,
+        };
+        if self.open != Open::None && streaming != self.open {
+            writeln!(out)?;
+            self.open = Open::None;
+        }
+        match kind {
+            Kind::Metadata(m) => writeln!(out, "[{seq:>3}] run {} on thread {} (attempt {})", m.run_id, m.thread_id, m.attempt)?,
+            Kind::MessageDelta(d) => {
+                let (piece, label) = if d.thinking.is_empty() { (d.text, "assistant") } else { (d.thinking, "thinking") };
+                if piece.is_empty() {
+                    return Ok(());
+                }
+                if self.open == Open::None {
+                    write!(out, "[{seq:>3}] {label}: ")?;
+                    self.open = streaming;
+                }
+                write!(out, "{piece}")?;
+            }
+            Kind::Message(_) | Kind::Heartbeat(_) => {}
+            Kind::Values(v) => writeln!(out, "[{seq:>3}] checkpoint (step {})", v.step)?,
+            Kind::ToolStarted(t) => writeln!(out, "[{seq:>3}] tool {}({})", t.name, arguments(t.arguments.as_ref(), &t.raw_arguments))?,
+            Kind::ToolFinished(t) => {
+                let verdict = if t.outcome_unknown {
+                    "outcome unknown (not re-run)"
+                } else if t.is_error {
+                    "failed"
+                } else {
+                    "ok"
+                };
+                let ms = t.duration.map(|d| d.seconds as f64 * 1000.0 + f64::from(d.nanos) / 1e6).unwrap_or(0.0);
+                writeln!(out, "[{seq:>3}]   → {} {verdict} in {ms:.0} ms: {}", t.name, one_line(&t.result_summary, 100))?
+            }
+            Kind::Clarification(c) => {
+                writeln!(out, "[{seq:>3}] the agent asks: {}", c.question)?;
+                for option in c.options {
+                    writeln!(out, "        - {}", option.label)?;
+                }
+                writeln!(out, "        (answer with: antler run \"…\" --thread <this thread>)")?;
+            }
+            Kind::Custom(c) => writeln!(out, "[{seq:>3}] {}", c.name)?,
+            Kind::Delivery(d) => {
+                writeln!(
+                    out,
+                    "[{seq:>3}] delivery receipt: {}",
+                    if d.satisfied { "satisfied".to_owned() } else { format!("NOT satisfied, missing {}", d.missing.join(", ")) }
+                )?;
+                for file in &d.produced {
+                    let presented = if d.presented.contains(&file.path) { "presented" } else { "not presented" };
+                    let sha = file.sha256.get(..12).unwrap_or(&file.sha256);
+                    writeln!(out, "        {} ({} bytes, sha256 {sha}…, {presented})", file.path, file.size)?;
+                }
+            }
+            Kind::Error(e) => writeln!(out, "[{seq:>3}] error: {}", e.error.map(|e| e.message).unwrap_or_default())?,
+            Kind::End(end) => {
+                self.status = end.status();
+                let usage = end.usage.unwrap_or_default();
+                let reason = if end.stop_reason.is_empty() { String::new() } else { format!(" ({})", end.stop_reason) };
+                writeln!(out, "[{seq:>3}] end: {}{reason}", self.status.as_str_name().trim_start_matches("RUN_STATUS_"))?;
+                writeln!(
+                    out,
+                    "        usage: {} tokens in {} model calls ({} in, {} out; lead agent {}, middlewares {})",
+                    usage.total_tokens,
+                    usage.llm_calls,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.lead_agent_tokens,
+                    usage.middleware_tokens
+                )?;
+                if let Some(error) = end.error {
+                    writeln!(out, "        {}: {}", error.code, error.message)?;
+                }
+            }
+            other => writeln!(out, "[{seq:>3}] {other:?}")?,
+        }
+        out.flush()
+    }
+}
+
+/// Tool arguments on one line, without the `description` the model adds for humans.
+fn arguments(arguments: Option<&prost_types::Struct>, raw: &str) -> String {
+    let Some(arguments) = arguments else { return one_line(raw, 80) };
+    let parts: Vec<String> = arguments
+        .fields
+        .iter()
+        .filter(|(name, _)| name.as_str() != "description")
+        .map(|(name, value)| format!("{name}={}", one_line(&value_text(value), 60)))
+        .collect();
+    parts.join(", ")
+}
+
+fn value_text(value: &prost_types::Value) -> String {
+    use prost_types::value::Kind as V;
+    match &value.kind {
+        Some(V::StringValue(s)) => format!("{s:?}"),
+        Some(V::NumberValue(n)) => n.to_string(),
+        Some(V::BoolValue(b)) => b.to_string(),
+        Some(V::ListValue(l)) => format!("[{} items]", l.values.len()),
+        Some(V::StructValue(s)) => format!("{{{} fields}}", s.fields.len()),
+        Some(V::NullValue(_)) | None => "null".to_owned(),
+    }
+}
+
+/// `text` on one line, cut to `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
+/// Where the demo run must deliver its file (the shipped transcript of the built-in `demo` model writes it).
+pub const DEMO_OUTPUT: &str = "/mnt/user-data/outputs/hello.md";
+
+/// The run `antler up --demo` streams: a lead-agent work order in plan mode with a declared output,
+/// played by the built-in `demo` model when no models are configured.
 pub fn demo_request() -> CreateRunRequest {
-    let script = serde_json::json!({"script": [
-        {"say": "Hello from Antler. This run is a work order: it was admitted once, started by one worker, and it declared an output it must deliver."},
-        {"checkpoint": true},
-        {"usage": {"model": "demo", "caller": "lead_agent", "input": 42, "output": 23}},
-        {"produce": "/mnt/user-data/outputs/hello.md", "text": "# Hello from Antler\n"},
-        {"present": "/mnt/user-data/outputs/hello.md"},
-        {"say": "I wrote /mnt/user-data/outputs/hello.md in this thread's sandbox and presented it: the receipt checks the file itself, not my word for it."},
-    ]});
     CreateRunRequest {
-        input: vec![user_message(&script.to_string())],
-        expected_outputs: vec!["/mnt/user-data/outputs/hello.md".to_owned()],
+        input: vec![user_message("Write a short hello note to /mnt/user-data/outputs/hello.md, check it, and present it to me.")],
+        expected_outputs: vec![DEMO_OUTPUT.to_owned()],
+        config: Some(antler_proto::runs::RunConfig { plan_mode: true, ..Default::default() }),
         ..CreateRunRequest::default()
     }
 }

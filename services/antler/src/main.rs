@@ -43,6 +43,13 @@ enum Command {
         /// Model name (empty: the server's default).
         #[arg(long, default_value = "")]
         model: String,
+        /// Plan mode: the agent keeps a todo list (the `write_todos` tool).
+        #[arg(long)]
+        plan: bool,
+        /// A file the run must deliver (repeatable), e.g. /mnt/user-data/outputs/report.md: the run
+        /// succeeds only if it exists at the end.
+        #[arg(long = "expect", value_name = "PATH")]
+        expected_outputs: Vec<String>,
     },
     /// Start one service on its own (for a multi-process or Kubernetes install).
     Serve {
@@ -106,7 +113,7 @@ fn spawn_demo(serve: &ServeArgs) -> anyhow::Result<()> {
     tokio::spawn(async move {
         let result = async {
             let channel = client::connect(&endpoint, Duration::from_secs(30)).await?;
-            println!("\ndemo run (the built-in script agent; set runs.agent: lead for the model-driven agent):");
+            println!("\ndemo run: the lead agent, played by the built-in `demo` replay model unless antler.yaml configures models");
             client::stream_and_print(channel, token.as_deref(), client::demo_request()).await
         }
         .await;
@@ -131,13 +138,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             antler_kit::cli::run("antler", &serve, &ALL).await?
         }
-        Command::Run { text, addr, thread, token, model } => {
+        Command::Run { text, addr, thread, token, model, plan, expected_outputs } => {
             let channel = client::connect(&addr, Duration::from_secs(5)).await?;
-            let mut create =
-                antler_proto::runs::CreateRunRequest { thread_id: thread, input: vec![client::user_message(&text)], ..Default::default() };
-            if !model.is_empty() {
-                create.config = Some(antler_proto::runs::RunConfig { model_name: model, ..Default::default() });
-            }
+            let create = antler_proto::runs::CreateRunRequest {
+                thread_id: thread,
+                input: vec![client::user_message(&text)],
+                expected_outputs,
+                config: Some(antler_proto::runs::RunConfig { model_name: model, plan_mode: plan, ..Default::default() }),
+                ..Default::default()
+            };
             let status = client::stream_and_print(channel, token.as_deref(), create).await?;
             if status != antler_proto::runs::RunStatus::Success {
                 anyhow::bail!("the run ended {}", status.as_str_name());

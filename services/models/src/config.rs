@@ -253,9 +253,16 @@ pub fn resolve_section(section: &ModelsConfig, base_dir: &Path, key_refs: &BTree
         max_retry_after: Duration::from_millis(retry.max_retry_after_ms),
     };
 
-    let mut models = Vec::with_capacity(section.models.len());
+    let builtin;
+    let entries = if section.models.is_empty() {
+        builtin = [demo_model()?];
+        &builtin[..]
+    } else {
+        &section.models[..]
+    };
+    let mut models = Vec::with_capacity(entries.len());
     let mut seen = HashSet::new();
-    for (index, entry) in section.models.iter().enumerate() {
+    for (index, entry) in entries.iter().enumerate() {
         let path = format!("{}[{index}]", section.list_path);
         let spec = resolve_entry(entry, &path, base_dir, key_refs.get(&entry.name))?;
         if !seen.insert(spec.name.clone()) {
@@ -282,6 +289,28 @@ pub fn resolve_section(section: &ModelsConfig, base_dir: &Path, key_refs: &BTree
         }
     }
     Ok(Resolved { models, retry: policy })
+}
+
+/// The script of the built-in `demo` model.
+pub const DEMO_TRANSCRIPT: &str = include_str!("../demo/transcript.yaml");
+
+/// What the service serves when `models` lists nothing: one replay model, `demo`, playing the shipped
+/// transcript (a plan → write → check → present → answer run of the lead agent), so a fresh `antler up`
+/// shows a whole run without an API key. Configuring any model replaces it.
+fn demo_model() -> Result<ModelEntry, ConfigError> {
+    let script: ReplayScript = serde_yaml_ng::from_str(DEMO_TRANSCRIPT)
+        .map_err(|e| invalid("models", format!("the built-in demo transcript does not parse: {e}")))?;
+    Ok(ModelEntry {
+        name: "demo".to_owned(),
+        display_name: Some("Demo (replay)".to_owned()),
+        description: Some(
+            "Built-in scripted model, served because no models are configured; add an entry under `models` to use a real one".to_owned(),
+        ),
+        provider: Some(ProviderName::Replay),
+        supports_thinking: true,
+        replay: Some(script),
+        ..ModelEntry::default()
+    })
 }
 
 fn invalid(path: &str, message: impl Into<String>) -> ConfigError {

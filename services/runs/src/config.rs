@@ -42,9 +42,10 @@ pub struct RunsConfig {
     pub max_metadata_bytes: u32,
     /// Live events buffered per run for subscribers; a subscriber further behind re-reads the store.
     pub event_buffer: u32,
-    /// The agent runs execute. `script` (the default): echoes the input, or follows a JSON script
-    /// given as the input text (see the README). `lead`: the lead agent, a model ⇄ tools loop through
-    /// the models and sandbox services (settings in `lead`).
+    /// The agent runs execute. `lead` (the default): the lead agent, a model ⇄ tools loop through the
+    /// models and sandbox services (settings in `lead`). `script`: a deterministic agent with no model
+    /// that echoes the input, or follows a JSON script given as the input text (see the README); the
+    /// runs service's own tests and benchmarks drive the lifecycle with it.
     pub agent: AgentKind,
     /// Settings of the lead agent (used with `agent: lead`).
     pub lead: crate::agent::lead::config::LeadConfig,
@@ -68,7 +69,7 @@ impl Default for RunsConfig {
             max_input_messages: 100,
             max_metadata_bytes: 16 * 1024,
             event_buffer: 1024,
-            agent: AgentKind::Script,
+            agent: AgentKind::Lead,
             lead: Default::default(),
         }
     }

@@ -181,7 +181,8 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
 }
 
 /// Success cannot rest on words: what counts as produced is what the sandbox's outputs directory
-/// holds (SnapshotOutputs), not what the agent says. When there is something to deliver and the
+/// holds (SnapshotOutputs), not what the agent says — minus what was already there, unchanged, when
+/// the run started (the agent's `baseline`, itself a SnapshotOutputs listing). When there is something to deliver and the
 /// sandbox cannot be asked, the run cannot be verified and ends ERROR `delivery_unverifiable`.
 async fn verify_outputs(engine: &Engine, run: &runs::Model, declared: &[String], stop_reason: String, outputs: Outputs) -> Outcome {
     use antler_proto::sandbox::SnapshotOutputsRequest;
@@ -201,11 +202,16 @@ async fn verify_outputs(engine: &Engine, run: &runs::Model, declared: &[String],
     };
     match snapshot {
         Ok(files) => {
+            let existing = files.iter().map(|f| f.path.clone()).collect();
+            // Unchanged since the run started (same content hash): not this run's doing.
+            let unchanged =
+                |f: &antler_proto::sandbox::OutputFile| outputs.baseline.as_ref().is_some_and(|b| b.get(&f.path) == Some(&f.sha256));
             let produced = files
                 .into_iter()
+                .filter(|f| !unchanged(f))
                 .map(|f| antler_proto::runs::OutputFile { path: f.path, size: f.size_bytes, sha256: f.sha256, mime_type: f.mime_type })
                 .collect();
-            Outcome::Completed { stop_reason, outputs: Outputs { produced, presented: outputs.presented } }
+            Outcome::Completed { stop_reason, outputs: Outputs { produced, existing, ..outputs } }
         }
         Err(_) if declared.is_empty() && outputs.presented.is_empty() => Outcome::Completed { stop_reason, outputs: Outputs::default() },
         Err(reason) => Outcome::Failed(RunError {

@@ -85,9 +85,16 @@ fn the_mapping_form_takes_retry_timing() -> Result<(), ConfigError> {
 }
 
 #[test]
-fn an_empty_section_means_no_models() -> Result<(), ConfigError> {
-    assert!(parse("models: {}\n")?.models.is_empty());
-    assert!(parse("")?.models.is_empty());
+fn an_empty_section_serves_the_built_in_demo_model() -> Result<(), ConfigError> {
+    for text in ["models: {}\n", "", "models: []\n"] {
+        let r = parse(text)?;
+        assert_eq!(r.models.len(), 1, "{text:?}");
+        assert_eq!(r.models[0].name, "demo");
+        let script = r.models[0].replay.as_ref().map(|s| s.turns.len());
+        assert_eq!(script, Some(5), "the shipped transcript: plan, write, check, present, answer");
+    }
+    let configured = parse("models:\n  - {name: a, provider: openai, model: gpt-4o}\n")?;
+    assert_eq!(configured.models.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), ["a"], "a configured model replaces the demo");
     Ok(())
 }
 

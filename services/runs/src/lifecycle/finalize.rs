@@ -18,13 +18,28 @@ use crate::store::entity::runs;
 use crate::store::now_ms;
 use crate::stream::{Writer, append};
 
-/// What the agent reported about files it made.
+/// What the agent reported about files it made, completed by the worker from the sandbox's listing.
 #[derive(Debug, Clone, Default)]
 pub struct Outputs {
-    /// Files in the outputs directory at the end of the run.
+    /// Files created or changed in the outputs directory during the run.
     pub produced: Vec<OutputFile>,
-    /// Paths passed to `present_files`.
+    /// Paths passed to `present_files` (a directory covers every file under it).
     pub presented: Vec<String>,
+    /// Every file in the outputs directory at the end of the run; declared outputs must be among them.
+    pub existing: Vec<String>,
+    /// The outputs directory when the run started (path → SHA-256), when the agent took that snapshot:
+    /// a file still unchanged at the end was not produced by this run. Without it every file counts.
+    pub baseline: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl Outputs {
+    /// Whether `path` was presented, itself or through a presented directory.
+    fn presents(&self, path: &str) -> bool {
+        self.presented.iter().any(|p| {
+            let dir = p.trim_end_matches('/');
+            path == p || path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
+        })
+    }
 }
 
 /// How the agent's work ended, from the worker's point of view.
@@ -44,8 +59,9 @@ pub enum Outcome {
 /// The receipt: every declared output must exist and every produced output must have been presented.
 pub fn receipt(declared: &[String], outputs: &Outputs) -> DeliveryReceipt {
     let produced_paths: Vec<&str> = outputs.produced.iter().map(|f| f.path.as_str()).collect();
-    let mut missing: Vec<String> = declared.iter().filter(|p| !produced_paths.contains(&p.as_str())).cloned().collect();
-    missing.extend(produced_paths.iter().filter(|p| !outputs.presented.iter().any(|q| q == *p)).map(|p| p.to_string()));
+    let exists = |path: &str| produced_paths.contains(&path) || outputs.existing.iter().any(|e| e == path);
+    let mut missing: Vec<String> = declared.iter().filter(|p| !exists(p)).cloned().collect();
+    missing.extend(produced_paths.iter().filter(|p| !outputs.presents(p)).map(|p| p.to_string()));
     missing.sort();
     missing.dedup();
     DeliveryReceipt {
@@ -190,10 +206,33 @@ mod tests {
         assert!(!none.satisfied);
         assert_eq!(none.missing, declared);
 
-        let unpresented = receipt(&declared, &Outputs { produced: vec![file("/mnt/user-data/outputs/report.md")], presented: vec![] });
+        let produced = vec![file("/mnt/user-data/outputs/report.md")];
+        let unpresented = receipt(&declared, &Outputs { produced: produced.clone(), ..Outputs::default() });
         assert!(!unpresented.satisfied, "produced but never presented");
 
-        let ok = receipt(&declared, &Outputs { produced: vec![file("/mnt/user-data/outputs/report.md")], presented: declared.clone() });
+        let ok = receipt(&declared, &Outputs { produced: produced.clone(), presented: declared.clone(), ..Outputs::default() });
         assert!(ok.satisfied && ok.missing.is_empty());
+
+        let by_directory =
+            receipt(&declared, &Outputs { produced, presented: vec!["/mnt/user-data/outputs/".to_owned()], ..Outputs::default() });
+        assert!(by_directory.satisfied, "a presented directory covers its files");
+        let sibling = receipt(
+            &[],
+            &Outputs {
+                produced: vec![file("/mnt/user-data/outputs-2/x")],
+                presented: vec!["/mnt/user-data/outputs".to_owned()],
+                ..Outputs::default()
+            },
+        );
+        assert!(!sibling.satisfied, "a prefix that is not a directory covers nothing");
+    }
+
+    #[test]
+    fn a_declared_output_left_unchanged_from_an_earlier_run_still_exists() {
+        let declared = vec!["/mnt/user-data/outputs/report.md".to_owned()];
+        let outputs = Outputs { existing: declared.clone(), ..Outputs::default() };
+        let receipt = receipt(&declared, &outputs);
+        assert!(receipt.satisfied, "{:?}", receipt.missing);
+        assert!(receipt.produced.is_empty());
     }
 }

@@ -47,11 +47,33 @@ pub struct GuardrailsConfig {
     pub allowed_tools: Option<Vec<String>>,
     /// These tools never run.
     pub denied_tools: Vec<String>,
+    /// An external policy service asked after the lists allow a call.
+    pub webhook: WebhookConfig,
 }
 
 impl Default for GuardrailsConfig {
     fn default() -> Self {
-        Self { enabled: false, fail_closed: true, allowed_tools: None, denied_tools: Vec::new() }
+        Self { enabled: false, fail_closed: true, allowed_tools: None, denied_tools: Vec::new(), webhook: WebhookConfig::default() }
+    }
+}
+
+/// The webhook guardrail provider: `POST url` with the call as JSON, answered by
+/// `{"allow": bool, "reasons": [{"code": …, "message": …}]}`. Any other answer (status, body, timeout,
+/// connection error) is a provider failure, which `fail_closed` turns into a denial.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// `http://` or `https://` URL; empty: no webhook.
+    pub url: String,
+    /// Longest wait for the answer, in milliseconds (10..60000).
+    pub timeout_ms: u64,
+    /// Sent as `Authorization: Bearer …` when not empty (usually `$VAR`).
+    pub bearer_token: String,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self { url: String::new(), timeout_ms: 2_000, bearer_token: String::new() }
     }
 }
 
@@ -111,6 +133,14 @@ impl LeadConfig {
     /// Checks ranges; the error names the setting.
     pub fn validate(&self) -> Result<(), antler_kit::config::ConfigError> {
         use antler_kit::config::check_range;
+        let webhook = &self.guardrails.webhook;
+        if !(webhook.url.is_empty() || webhook.url.starts_with("http://") || webhook.url.starts_with("https://")) {
+            return Err(antler_kit::config::ConfigError::Invalid {
+                path: "runs.lead.guardrails.webhook.url".to_owned(),
+                message: format!("`{}` must start with http:// or https://", webhook.url),
+            });
+        }
+        check_range("runs.lead.guardrails.webhook.timeout_ms", webhook.timeout_ms, 10, 60_000)?;
         for name in &self.middlewares.disabled {
             if name == "Clarification" || !SWITCHABLE.contains(&name.as_str()) {
                 return Err(antler_kit::config::ConfigError::Invalid {

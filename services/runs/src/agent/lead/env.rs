@@ -1,12 +1,13 @@
 //! What one run of the lead agent shares between its loop, middlewares and tools: the run's
 //! context, the lazily acquired sandbox, presented files and the stop reason.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use antler_kit::client::ServiceClient;
-use antler_proto::sandbox::AcquireSandboxRequest;
 use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
+use antler_proto::sandbox::{AcquireSandboxRequest, ReleaseSandboxRequest, SnapshotOutputsRequest};
 use tokio::sync::OnceCell;
 use tonic::transport::Channel;
 
@@ -29,6 +30,8 @@ pub struct RunEnv {
     /// Set by an after_model hook that wants another model turn although the last one had no tool
     /// calls (the Todo layer's completion reminder).
     jump_to_model: AtomicBool,
+    /// The outputs directory when the run started (path → SHA-256); see `ThreadState::outputs_before`.
+    outputs_before: Mutex<Option<BTreeMap<String, String>>>,
 }
 
 impl RunEnv {
@@ -40,6 +43,7 @@ impl RunEnv {
             stop_reason: Mutex::new(None),
             todos: Mutex::new(None),
             jump_to_model: AtomicBool::new(false),
+            outputs_before: Mutex::new(None),
         }
     }
 
@@ -66,6 +70,41 @@ impl RunEnv {
     /// The sandbox id if one was acquired during this attempt.
     pub fn sandbox_id(&self) -> Option<String> {
         self.sandbox.get().cloned()
+    }
+
+    /// Releases the sandbox if this attempt acquired one, killing commands still running in it (a
+    /// tool call cut short by a cancel). Files stay; the next run on the thread reactivates it. Best
+    /// effort: the sandbox service also releases idle sandboxes itself.
+    pub async fn release_sandbox(&self) {
+        let (Some(_), Some(client)) = (self.sandbox.get(), self.ctx.clients().get("sandbox")) else { return };
+        let request = client
+            .request(&self.ctx.call_context(), ReleaseSandboxRequest { thread_id: self.thread_id().to_owned(), terminate_processes: true });
+        match SandboxServiceClient::new(client.channel()).release_sandbox(request).await {
+            Ok(_) => tracing::debug!(run_id = %self.ctx.spec.run_id, "sandbox released"),
+            Err(status) => {
+                tracing::warn!(run_id = %self.ctx.spec.run_id, code = ?status.code(), "could not release the sandbox: {}", status.message())
+            }
+        }
+    }
+
+    /// Lists the thread's outputs directory (path → SHA-256) without acquiring the sandbox: a thread
+    /// that never had one has no outputs.
+    pub async fn snapshot_outputs(&self) -> Result<BTreeMap<String, String>, ToolError> {
+        let client = self.ctx.clients().get("sandbox").ok_or(ToolError::NoSandboxClient)?;
+        let request = client.request(&self.ctx.call_context(), SnapshotOutputsRequest { thread_id: self.thread_id().to_owned() });
+        match SandboxServiceClient::new(client.channel()).snapshot_outputs(request).await {
+            Ok(response) => Ok(response.into_inner().files.into_iter().map(|f| (f.path, f.sha256)).collect()),
+            Err(status) if status.code() == tonic::Code::NotFound => Ok(BTreeMap::new()),
+            Err(status) => Err(ToolError::Sandbox(status)),
+        }
+    }
+
+    pub fn set_outputs_before(&self, files: Option<BTreeMap<String, String>>) {
+        *self.outputs_before.lock().unwrap_or_else(|p| p.into_inner()) = files;
+    }
+
+    pub fn outputs_before(&self) -> Option<BTreeMap<String, String>> {
+        self.outputs_before.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn present(&self, paths: &[String]) {

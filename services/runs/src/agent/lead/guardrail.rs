@@ -77,3 +77,90 @@ impl GuardrailProvider for AllowlistProvider {
         Box::pin(async move { Ok(decision) })
     }
 }
+
+/// Asks several providers in order: the first denial holds, a failure ends the evaluation (the
+/// middleware then applies `fail_closed`), and the call is allowed only when every provider allows it.
+pub struct Chain(pub Vec<std::sync::Arc<dyn GuardrailProvider>>);
+
+impl GuardrailProvider for Chain {
+    fn name(&self) -> &str {
+        "chain"
+    }
+
+    fn evaluate<'a>(&'a self, request: &'a GuardrailRequest) -> BoxFuture<'a, Result<GuardrailDecision, GuardrailError>> {
+        Box::pin(async move {
+            let mut last = GuardrailDecision::allow("oap.allowed");
+            for provider in &self.0 {
+                last = provider.evaluate(request).await?;
+                if !last.allow {
+                    break;
+                }
+            }
+            Ok(last)
+        })
+    }
+}
+
+/// Asks an external policy service over HTTP (`runs.lead.guardrails.webhook`).
+pub struct WebhookProvider {
+    pub url: String,
+    pub timeout: std::time::Duration,
+    pub bearer_token: String,
+}
+
+/// One HTTP client for every webhook call of the process (connection reuse; building a client
+/// loads TLS roots, too slow to do per call).
+fn http() -> &'static reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(reqwest::Client::new)
+}
+
+#[derive(serde::Deserialize)]
+struct WebhookAnswer {
+    allow: bool,
+    #[serde(default)]
+    reasons: Vec<WebhookReason>,
+}
+
+#[derive(serde::Deserialize)]
+struct WebhookReason {
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    message: String,
+}
+
+impl GuardrailProvider for WebhookProvider {
+    fn name(&self) -> &str {
+        "webhook"
+    }
+
+    fn evaluate<'a>(&'a self, request: &'a GuardrailRequest) -> BoxFuture<'a, Result<GuardrailDecision, GuardrailError>> {
+        Box::pin(async move {
+            let fail = |message: String| GuardrailError { provider: "webhook".to_owned(), message };
+            let body = serde_json::json!({
+                "tool_name": request.tool_name,
+                "tool_input": request.tool_input,
+                "tool_call_id": request.tool_call_id,
+                "run_id": request.run_id,
+                "thread_id": request.thread_id,
+                "user_id": request.user_id,
+            });
+            let mut call = http().post(&self.url).timeout(self.timeout).json(&body);
+            if !self.bearer_token.is_empty() {
+                call = call.bearer_auth(&self.bearer_token);
+            }
+            let response = call.send().await.map_err(|e| fail(format!("{} did not answer: {e}", self.url)))?;
+            let status = response.status();
+            if !status.is_success() {
+                return Err(fail(format!("{} answered HTTP {status}", self.url)));
+            }
+            let answer: WebhookAnswer = response
+                .json()
+                .await
+                .map_err(|e| fail(format!("{} answered something other than {{\"allow\": bool, …}}: {e}", self.url)))?;
+            let reasons = answer.reasons.into_iter().map(|r| GuardrailReason { code: r.code, message: r.message }).collect();
+            Ok(GuardrailDecision { allow: answer.allow, reasons })
+        })
+    }
+}

@@ -25,7 +25,11 @@ const SUMMARY_CHARS: usize = 2000;
 pub async fn run(agent: &LeadAgent, ctx: AgentContext) -> Outcome {
     let env = RunEnv::new(ctx);
     let result = drive(agent, &env).await;
-    let outputs = Outputs { produced: Vec::new(), presented: env.presented() };
+    // A fenced worker no longer owns the run: another one may be using the thread's sandbox now.
+    if !matches!(result, Err(LoopError::Fenced)) {
+        env.release_sandbox().await;
+    }
+    let outputs = Outputs { presented: env.presented(), baseline: env.outputs_before(), ..Outputs::default() };
     match result {
         Ok(stop_reason) => Outcome::Completed { stop_reason, outputs },
         Err(LoopError::Cancelled | LoopError::Fenced) => Outcome::Cancelled { outputs },
@@ -55,6 +59,7 @@ async fn initial_state(env: &RunEnv) -> Result<(ThreadState, bool), LoopError> {
         state.step = 0;
         state.step_run_id = spec.run_id.clone();
         state.stop_reason.clear();
+        state.outputs_before = None;
         for input in &spec.request.input {
             let mut message = input.clone();
             if message.id.is_empty() {

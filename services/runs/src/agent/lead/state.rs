@@ -2,6 +2,8 @@
 //! `Checkpoint.messages`, every other channel in `Checkpoint.values`.
 
 use antler_proto::common::{ContentPart, Message, Role, TextPart, ToolCall, content_part};
+use std::collections::BTreeMap;
+
 use antler_proto::runs::Checkpoint;
 use prost_types::value::Kind;
 use prost_types::{Struct, Value};
@@ -23,6 +25,9 @@ pub struct ThreadState {
     /// Why the run `step_run_id` stopped early (`loop_capped`, `clarification`, …); empty otherwise.
     /// Kept so that an attempt resuming after the stop finishes with the same reason.
     pub stop_reason: String,
+    /// The outputs directory when the run `step_run_id` started (path → SHA-256), so the delivery
+    /// receipt lists what this run produced; kept in checkpoints so a resumed attempt has it too.
+    pub outputs_before: Option<BTreeMap<String, String>>,
 }
 
 /// One item of the plan.
@@ -68,7 +73,21 @@ impl ThreadState {
             .map(crate::json::value_to_json)
             .and_then(|v| serde_json::from_value::<Vec<Todo>>(v).ok())
             .unwrap_or_default();
+        let outputs_before = match values.fields.get("outputs_before").and_then(|v| v.kind.as_ref()) {
+            Some(Kind::StructValue(files)) => Some(
+                files
+                    .fields
+                    .iter()
+                    .filter_map(|(path, sha)| match &sha.kind {
+                        Some(Kind::StringValue(sha)) => Some((path.clone(), sha.clone())),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        };
         Self {
+            outputs_before,
             todos,
             stop_reason: text("stop_reason"),
             messages: checkpoint.messages.clone(),
@@ -92,6 +111,10 @@ impl ThreadState {
         );
         values.fields.insert("lead_step".to_owned(), Value { kind: Some(Kind::NumberValue(self.step as f64)) });
         values.fields.insert("stop_reason".to_owned(), string(&self.stop_reason));
+        if let Some(files) = &self.outputs_before {
+            let fields = files.iter().map(|(path, sha)| (path.clone(), string(sha))).collect();
+            values.fields.insert("outputs_before".to_owned(), Value { kind: Some(Kind::StructValue(Struct { fields })) });
+        }
         if let Ok(todos) = serde_json::to_value(&self.todos) {
             values.fields.insert("todos".to_owned(), crate::json::json_to_value(&todos));
         }
@@ -149,11 +172,13 @@ mod tests {
             title: "T".to_owned(),
             artifacts: vec!["/mnt/user-data/outputs/a.md".to_owned()],
             step: 7,
+            outputs_before: Some(BTreeMap::from([("/mnt/user-data/outputs/a.md".to_owned(), "ab12".to_owned())])),
             ..ThreadState::default()
         };
         let checkpoint = Checkpoint { values: Some(state.values()), run_id: "r".to_owned(), ..Checkpoint::default() };
         let back = ThreadState::from_checkpoint(&checkpoint);
         assert_eq!((back.title.as_str(), back.artifacts.clone(), back.step), ("T", state.artifacts.clone(), 7));
+        assert_eq!(back.outputs_before, state.outputs_before);
     }
 
     #[test]

@@ -27,11 +27,20 @@ pub fn defaults(config: &LeadConfig, plan_mode: bool, clarification_disabled: bo
         Arc::new(dangling_tool_call::DanglingToolCall),
     ];
     if config.guardrails.enabled {
-        let provider = super::guardrail::AllowlistProvider {
-            allowed: config.guardrails.allowed_tools.clone(),
-            denied: config.guardrails.denied_tools.clone(),
+        use super::guardrail::{AllowlistProvider, Chain, GuardrailProvider, WebhookProvider};
+        let lists = AllowlistProvider { allowed: config.guardrails.allowed_tools.clone(), denied: config.guardrails.denied_tools.clone() };
+        let webhook = &config.guardrails.webhook;
+        let provider: Arc<dyn GuardrailProvider> = if webhook.url.is_empty() {
+            Arc::new(lists)
+        } else {
+            let webhook = WebhookProvider {
+                url: webhook.url.clone(),
+                timeout: std::time::Duration::from_millis(webhook.timeout_ms),
+                bearer_token: webhook.bearer_token.clone(),
+            };
+            Arc::new(Chain(vec![Arc::new(lists), Arc::new(webhook)]))
         };
-        layers.push(Arc::new(guardrail::Guardrail { provider: Arc::new(provider), fail_closed: config.guardrails.fail_closed }));
+        layers.push(Arc::new(guardrail::Guardrail { provider, fail_closed: config.guardrails.fail_closed }));
     }
     layers.push(Arc::new(tool_error_handling::ToolErrorHandling));
     if plan_mode {
