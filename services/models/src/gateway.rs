@@ -311,6 +311,7 @@ impl Gateway {
         let mut first_token: Option<Duration> = None;
         let mut last_event = Instant::now();
         let chunk_timeout = model.spec.timeouts.chunk;
+        let chunk_gaps = telemetry::chunk_gaps(name);
         let failure = loop {
             let waited = Instant::now();
             let next = sink.guard(tokio::time::timeout(chunk_timeout, events.next())).await;
@@ -329,7 +330,7 @@ impl Gateway {
                 Ok(Ok(Some(Ok(event)))) => event,
             };
             let now = Instant::now();
-            telemetry::chunk_gap(name, now.duration_since(last_event));
+            chunk_gaps.record(now.duration_since(last_event).as_secs_f64());
             last_event = now;
             if let Err(error) = assembler.push(event, &mut out) {
                 break Some(error);

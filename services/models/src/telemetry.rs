@@ -36,8 +36,10 @@ pub fn first_token(model: &str, ttft: Duration) {
     metrics::histogram!(TTFT, "model" => model.to_owned()).record(ttft.as_secs_f64());
 }
 
-pub fn chunk_gap(model: &str, gap: Duration) {
-    metrics::histogram!(CHUNK_GAP, "model" => model.to_owned()).record(gap.as_secs_f64());
+/// The inter-chunk histogram of `model`, taken once per attempt rather than per event: building the labelled
+/// key allocates, and a stream has dozens to thousands of events.
+pub fn chunk_gaps(model: &str) -> metrics::Histogram {
+    metrics::histogram!(CHUNK_GAP, "model" => model.to_owned())
 }
 
 pub fn tokens(model: &str, caller: &'static str, usage: &Usage, estimated: bool) {

@@ -58,6 +58,9 @@ pub enum Writer<'a> {
     Service,
 }
 
+/// Most event rows per INSERT statement.
+const INSERT_ROWS: usize = 500;
+
 /// Appends one event inside `db` (a transaction). Returns None when `writer` no longer owns the run
 /// (fenced): nothing was written.
 pub async fn append(
@@ -67,12 +70,28 @@ pub async fn append(
     writer: Writer<'_>,
     kind: Kind,
 ) -> Result<Option<RunEvent>, RunsError> {
+    Ok(append_many(db, run_id, thread_id, writer, vec![kind]).await?.and_then(|mut events| events.pop()))
+}
+
+/// Appends events in order inside `db` (a transaction) with two statements whatever their number:
+/// one UPDATE … RETURNING allocates the seqs and checks ownership, one INSERT writes the rows. Returns
+/// None when `writer` no longer owns the run (fenced): nothing was written.
+pub async fn append_many(
+    db: &impl ConnectionTrait,
+    run_id: &str,
+    thread_id: &str,
+    writer: Writer<'_>,
+    kinds: Vec<Kind>,
+) -> Result<Option<Vec<RunEvent>>, RunsError> {
+    if kinds.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
     let now = now_ms();
-    // One statement allocates the next seq and checks ownership: UPDATE … RETURNING.
+    let count = kinds.len() as i64;
     let mut update = sea_orm::sea_query::Query::update();
     update
         .table(runs::Entity)
-        .value(runs::Column::LastSeq, Expr::col(runs::Column::LastSeq).add(1))
+        .value(runs::Column::LastSeq, Expr::col(runs::Column::LastSeq).add(count))
         .value(runs::Column::UpdatedAt, now)
         .and_where(runs::Column::RunId.eq(run_id))
         .returning_col(runs::Column::LastSeq);
@@ -80,26 +99,32 @@ pub async fn append(
         update.and_where(runs::Column::OwnerWorkerId.eq(worker)).and_where(runs::Column::Status.is_in(["running", "finalizing"]));
     }
     let Some(row) = db.query_one(&update).await? else { return Ok(None) };
-    let seq: i64 = row.try_get("", "last_seq")?;
-    let event = RunEvent {
-        run_id: run_id.to_owned(),
-        seq: seq as u64,
-        time: Some(to_timestamp(now)),
-        thread_id: thread_id.to_owned(),
-        task_id: String::new(),
-        kind: Some(kind),
-    };
-    let kind_number = event.kind.as_ref().map(kind_of).unwrap_or(EventKind::Unspecified) as i32;
-    run_events::Entity::insert(run_events::ActiveModel {
-        run_id: Set(run_id.to_owned()),
-        seq: Set(seq),
-        kind: Set(kind_number),
-        payload: Set(event.encode_to_vec()),
-        created_at: Set(now),
-    })
-    .exec_without_returning(db)
-    .await?;
-    Ok(Some(event))
+    let last: i64 = row.try_get("", "last_seq")?;
+    let first = last - count + 1;
+    let events: Vec<RunEvent> = kinds
+        .into_iter()
+        .zip(first..)
+        .map(|(kind, seq)| RunEvent {
+            run_id: run_id.to_owned(),
+            seq: seq as u64,
+            time: Some(to_timestamp(now)),
+            thread_id: thread_id.to_owned(),
+            task_id: String::new(),
+            kind: Some(kind),
+        })
+        .collect();
+    // Bounded statements: SQLite caps the number of bound parameters (5 per row here).
+    for chunk in events.chunks(INSERT_ROWS) {
+        let rows = chunk.iter().map(|event| run_events::ActiveModel {
+            run_id: Set(run_id.to_owned()),
+            seq: Set(event.seq as i64),
+            kind: Set(event.kind.as_ref().map(kind_of).unwrap_or(EventKind::Unspecified) as i32),
+            payload: Set(event.encode_to_vec()),
+            created_at: Set(now),
+        });
+        run_events::Entity::insert_many(rows).exec_without_returning(db).await?;
+    }
+    Ok(Some(events))
 }
 
 /// Writes the first event (seq 1) of a run inserted in the same transaction with `last_seq = 1`.

@@ -131,7 +131,7 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
                 Ok(agent) => {
                     let n = engine.constructed.fetch_add(1, Ordering::SeqCst) + 1;
                     tracing::info!(run_id = %run.run_id, constructed_total = n, "agent constructed");
-                    let ctx = AgentContext { engine: engine.clone(), spec, local: local.clone() };
+                    let ctx = AgentContext { engine: engine.clone(), spec, local: local.clone(), staged: Default::default() };
                     // A panicking agent must not take the worker down with it.
                     match tokio::spawn(agent.run(ctx)).await {
                         Ok(outcome) => outcome,

@@ -134,16 +134,21 @@ fn image_url(image: &ImagePart, path: &str) -> Result<String, ModelError> {
 fn text_of(parts: &[ContentPart]) -> String {
     let mut out = String::new();
     for part in parts {
+        // Borrowed: every call resends the whole conversation, and a clone here would copy each text twice.
+        let reference;
         let piece = match &part.part {
-            Some(content_part::Part::Text(t)) => t.text.clone(),
-            Some(content_part::Part::File(f)) => file_reference(f),
-            Some(content_part::Part::Image(_)) => "[image]".to_owned(),
+            Some(content_part::Part::Text(t)) => t.text.as_str(),
+            Some(content_part::Part::File(f)) => {
+                reference = file_reference(f);
+                reference.as_str()
+            }
+            Some(content_part::Part::Image(_)) => "[image]",
             _ => continue,
         };
         if !out.is_empty() {
             out.push('\n');
         }
-        out.push_str(&piece);
+        out.push_str(piece);
     }
     out
 }

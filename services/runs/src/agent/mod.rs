@@ -24,11 +24,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, LocalRun, StopCause};
 use crate::error::RunsError;
-use crate::lifecycle::RUNNING;
 use crate::lifecycle::finalize::Outcome;
 use crate::store::entity::{checkpoints, runs, threads};
 use crate::store::now_ms;
-use crate::stream::{Writer, append};
+use crate::stream::{Writer, append_many};
 
 /// The worker lost ownership of the run; the agent must stop and write nothing more.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
@@ -69,6 +68,18 @@ pub struct AgentContext {
     pub(crate) engine: Arc<Engine>,
     pub spec: RunSpec,
     pub(crate) local: LocalRun,
+    /// Events and usage held back to be written with the next checkpoint (see [`AgentContext::stage`]).
+    pub(crate) staged: Arc<std::sync::Mutex<Staged>>,
+}
+
+/// What [`AgentContext::stage`] and [`AgentContext::stage_usage`] hold until the next write.
+#[derive(Debug, Default)]
+pub(crate) struct Staged {
+    events: Vec<Kind>,
+    usage: Vec<(String, String, Usage)>,
+    /// The checkpoint this attempt wrote last: the thread's head while the run is active (nothing
+    /// else moves the head of a thread with an active run), so the next one needs no lookup.
+    head: Option<String>,
 }
 
 impl std::fmt::Debug for AgentContext {
@@ -108,144 +119,163 @@ impl AgentContext {
 
     /// Appends one event (durable before it is delivered to any subscriber).
     pub async fn emit(&self, kind: Kind) -> Result<(), Fenced> {
-        self.check()?;
-        let engine = &self.engine;
-        let written = engine
-            .store
-            .retry_busy(|| async {
-                let tx = engine.store.tx().await?;
-                let event = append(&*tx, &self.spec.run_id, &self.spec.thread_id, Writer::Owner(&engine.worker_id), kind.clone()).await?;
-                tx.commit().await?;
-                Ok::<_, RunsError>(event)
-            })
-            .await;
-        match written {
-            Ok(Some(event)) => {
-                engine.hub.publish(&[event]);
-                Ok(())
-            }
-            Ok(None) => Err(self.fence()),
-            Err(error) => {
-                tracing::warn!(run_id = %self.spec.run_id, %error, "event not written");
-                Err(self.fence())
-            }
-        }
+        self.emit_many(vec![kind]).await
+    }
+
+    /// Appends events in one transaction, after anything staged (so the order of the run's events is
+    /// the order the agent produced them). Published to live subscribers once committed.
+    pub async fn emit_many(&self, kinds: Vec<Kind>) -> Result<(), Fenced> {
+        self.write(kinds, None).await.map(|_| ())
+    }
+
+    /// Holds an event back to be written in the same transaction as the next checkpoint (or the next
+    /// [`emit`](Self::emit) / [`flush`](Self::flush)): a step's results and its checkpoint become
+    /// durable together, in one write instead of several. Use it for events a live client can wait a
+    /// step for (the finished message, tool results); stream deltas with `emit`.
+    pub fn stage(&self, kind: Kind) {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner()).events.push(kind);
+    }
+
+    /// Holds one model call's usage back to be added to the run's totals with the next write.
+    pub fn stage_usage(&self, caller: &str, model: &str, usage: &Usage) {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner()).usage.push((caller.to_owned(), model.to_owned(), *usage));
+    }
+
+    /// Writes whatever is staged.
+    pub async fn flush(&self) -> Result<(), Fenced> {
+        self.emit_many(Vec::new()).await
     }
 
     /// Saves the thread state after a step; it becomes the thread's head and the resume point of
-    /// this run. Emits a VALUES event.
+    /// this run. Emits a VALUES event after the staged ones, in the same transaction.
     pub async fn checkpoint(&self, step: i64, values: prost_types::Struct, messages: Vec<Message>) -> Result<String, Fenced> {
-        self.check()?;
-        let engine = &self.engine;
         let checkpoint_id = uuid::Uuid::now_v7().to_string();
+        self.write(Vec::new(), Some(NewCheckpoint { checkpoint_id: checkpoint_id.clone(), step, values, messages })).await?;
+        Ok(checkpoint_id)
+    }
+
+    /// One transaction: ownership check and seq allocation, staged usage, the checkpoint and the
+    /// thread's head, then the staged events, `kinds` and the checkpoint's VALUES event.
+    async fn write(&self, kinds: Vec<Kind>, checkpoint: Option<NewCheckpoint>) -> Result<(), Fenced> {
+        self.check()?;
+        let (staged, known_head) = {
+            let mut guard = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+            let head = guard.head.clone();
+            (Staged { events: std::mem::take(&mut guard.events), usage: std::mem::take(&mut guard.usage), head: None }, head)
+        };
+        if staged.events.is_empty() && staged.usage.is_empty() && kinds.is_empty() && checkpoint.is_none() {
+            return Ok(());
+        }
+        let mut events = staged.events;
+        events.extend(kinds);
+        let engine = &self.engine;
+        let spec = &self.spec;
         let result = engine
             .store
             .retry_busy(|| async {
                 let tx = engine.store.tx().await?;
                 let now = now_ms();
-                // Still ours? (Touching the row also serialises with a concurrent takeover.)
-                let owned = runs::Entity::update_many()
-                    .col_expr(runs::Column::UpdatedAt, Expr::value(now))
-                    .filter(runs::Column::RunId.eq(self.spec.run_id.as_str()))
-                    .filter(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
-                    .filter(runs::Column::Status.eq(RUNNING))
-                    .exec(&*tx)
-                    .await?
-                    .rows_affected;
-                if owned == 0 {
-                    return Ok(None);
+                let mut all = events.clone();
+                if let Some(c) = &checkpoint {
+                    let message_ids = c.messages.iter().map(|m| m.id.clone()).collect();
+                    all.push(Kind::Values(ValuesEvent {
+                        values: Some(c.values.clone()),
+                        message_ids,
+                        checkpoint_id: c.checkpoint_id.clone(),
+                        step: c.step,
+                    }));
                 }
-                let head: Option<Option<String>> = threads::Entity::find_by_id((self.spec.user_id.clone(), self.spec.thread_id.clone()))
-                    .one(&*tx)
-                    .await?
-                    .map(|t| t.head_checkpoint_id);
-                let parent = head.flatten();
-                let message_ids: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
-                let checkpoint = Checkpoint {
-                    checkpoint_id: checkpoint_id.clone(),
-                    parent_checkpoint_id: parent.clone().unwrap_or_default(),
-                    step,
-                    values: Some(values.clone()),
-                    created_at: Some(crate::time::to_timestamp(now)),
-                    run_id: self.spec.run_id.clone(),
-                    messages: messages.clone(),
-                    source: "loop".to_owned(),
+                // First statement: still ours? It also serialises with a concurrent takeover.
+                let Some(written) = append_many(&*tx, &spec.run_id, &spec.thread_id, Writer::Owner(&engine.worker_id), all).await? else {
+                    return Ok(None);
                 };
-                checkpoints::Entity::insert(checkpoints::ActiveModel::from(checkpoints::Model {
-                    checkpoint_id: checkpoint_id.clone(),
-                    user_id: self.spec.user_id.clone(),
-                    thread_id: self.spec.thread_id.clone(),
-                    parent_checkpoint_id: parent,
-                    run_id: Some(self.spec.run_id.clone()),
-                    step,
-                    state: checkpoint.encode_to_vec(),
-                    created_at: now,
-                }))
-                .exec_without_returning(&*tx)
-                .await?;
-                threads::Entity::update_many()
-                    .col_expr(threads::Column::HeadCheckpointId, Expr::value(checkpoint_id.as_str()))
-                    .col_expr(threads::Column::UpdatedAt, Expr::value(now))
-                    .filter(threads::Column::UserId.eq(self.spec.user_id.as_str()))
-                    .filter(threads::Column::ThreadId.eq(self.spec.thread_id.as_str()))
-                    .exec(&*tx)
+                if !staged.usage.is_empty() {
+                    let run = runs::Entity::find_by_id(spec.run_id.clone()).one(&*tx).await?;
+                    let mut total = run.map(|r| RunUsage::decode(r.usage.as_slice())).transpose()?.unwrap_or_default();
+                    for (caller, model, usage) in &staged.usage {
+                        add_usage(&mut total, caller, model, usage);
+                    }
+                    runs::Entity::update_many()
+                        .col_expr(runs::Column::Usage, Expr::value(total.encode_to_vec()))
+                        .filter(runs::Column::RunId.eq(spec.run_id.as_str()))
+                        .exec(&*tx)
+                        .await?;
+                }
+                if let Some(c) = &checkpoint {
+                    let parent = match &known_head {
+                        Some(head) => Some(head.clone()),
+                        None => threads::Entity::find_by_id((spec.user_id.clone(), spec.thread_id.clone()))
+                            .one(&*tx)
+                            .await?
+                            .and_then(|t| t.head_checkpoint_id),
+                    };
+                    let state = Checkpoint {
+                        checkpoint_id: c.checkpoint_id.clone(),
+                        parent_checkpoint_id: parent.clone().unwrap_or_default(),
+                        step: c.step,
+                        values: Some(c.values.clone()),
+                        created_at: Some(crate::time::to_timestamp(now)),
+                        run_id: spec.run_id.clone(),
+                        messages: c.messages.clone(),
+                        source: "loop".to_owned(),
+                    };
+                    checkpoints::Entity::insert(checkpoints::ActiveModel::from(checkpoints::Model {
+                        checkpoint_id: c.checkpoint_id.clone(),
+                        user_id: spec.user_id.clone(),
+                        thread_id: spec.thread_id.clone(),
+                        parent_checkpoint_id: parent,
+                        run_id: Some(spec.run_id.clone()),
+                        step: c.step,
+                        state: state.encode_to_vec(),
+                        created_at: now,
+                    }))
+                    .exec_without_returning(&*tx)
                     .await?;
-                let values_event =
-                    Kind::Values(ValuesEvent { values: Some(values.clone()), message_ids, checkpoint_id: checkpoint_id.clone(), step });
-                let event = append(&*tx, &self.spec.run_id, &self.spec.thread_id, Writer::Owner(&engine.worker_id), values_event).await?;
+                    threads::Entity::update_many()
+                        .col_expr(threads::Column::HeadCheckpointId, Expr::value(c.checkpoint_id.as_str()))
+                        .col_expr(threads::Column::UpdatedAt, Expr::value(now))
+                        .filter(threads::Column::UserId.eq(spec.user_id.as_str()))
+                        .filter(threads::Column::ThreadId.eq(spec.thread_id.as_str()))
+                        .exec(&*tx)
+                        .await?;
+                }
                 tx.commit().await?;
-                Ok::<_, RunsError>(event)
+                Ok::<_, RunsError>(Some(written))
             })
             .await;
         match result {
-            Ok(Some(event)) => {
-                engine.hub.publish(&[event]);
-                Ok(checkpoint_id)
+            Ok(Some(written)) => {
+                if let Some(c) = &checkpoint {
+                    self.staged.lock().unwrap_or_else(|p| p.into_inner()).head = Some(c.checkpoint_id.clone());
+                }
+                engine.hub.publish(&written);
+                for (caller, _, usage) in &staged.usage {
+                    metrics::counter!("antler_tokens_total", "caller" => caller_bucket(caller)).increment(usage.total_tokens);
+                }
+                Ok(())
             }
             Ok(None) => Err(self.fence()),
             Err(error) => {
-                tracing::warn!(run_id = %self.spec.run_id, %error, "checkpoint not written");
+                tracing::warn!(run_id = %spec.run_id, %error, "run state not written");
                 Err(self.fence())
             }
         }
     }
 
-    /// Records the usage of one model call. `caller` is `lead_agent`, `subagent:<name>` or
+    /// Records the usage of one model call now. `caller` is `lead_agent`, `subagent:<name>` or
     /// `middleware:<name>`.
     pub async fn record_usage(&self, caller: &str, model: &str, usage: &Usage) -> Result<(), Fenced> {
-        self.check()?;
-        let engine = &self.engine;
-        let result = engine
-            .store
-            .retry_busy(|| async {
-                let tx = engine.store.tx().await?;
-                let Some(run) = runs::Entity::find_by_id(self.spec.run_id.clone())
-                    .filter(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
-                    .filter(runs::Column::Status.eq(RUNNING))
-                    .one(&*tx)
-                    .await?
-                else {
-                    return Ok(false);
-                };
-                let mut total = RunUsage::decode(run.usage.as_slice())?;
-                add_usage(&mut total, caller, model, usage);
-                runs::Entity::update_many()
-                    .col_expr(runs::Column::Usage, Expr::value(total.encode_to_vec()))
-                    .filter(runs::Column::RunId.eq(self.spec.run_id.as_str()))
-                    .exec(&*tx)
-                    .await?;
-                tx.commit().await?;
-                Ok::<_, RunsError>(true)
-            })
-            .await;
-        match result {
-            Ok(true) => {
-                metrics::counter!("antler_tokens_total", "caller" => caller_bucket(caller)).increment(usage.total_tokens);
-                Ok(())
-            }
-            _ => Err(self.fence()),
-        }
+        self.stage_usage(caller, model, usage);
+        self.flush().await
     }
+}
+
+/// A checkpoint to write.
+struct NewCheckpoint {
+    checkpoint_id: String,
+    step: i64,
+    values: prost_types::Struct,
+    messages: Vec<Message>,
 }
 
 /// The bounded bucket of a caller tag.

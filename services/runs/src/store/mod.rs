@@ -14,7 +14,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sea_orm::{ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqlErr, TransactionTrait};
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqlErr, TransactionTrait,
+};
 use sea_orm_migration::MigratorTrait;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
@@ -84,11 +86,33 @@ impl WriteTx {
 pub struct Store {
     db: DatabaseConnection,
     write_slot: Option<Arc<Mutex<()>>>,
+    /// Stops the SQLite WAL checkpointer when the last clone of the store goes.
+    _checkpointer: Option<Arc<tokio_util::sync::DropGuard>>,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("backend", &self.backend()).finish_non_exhaustive()
+    }
+}
+
+/// How often the background task copies the SQLite WAL into the database file.
+const WAL_CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
+
+/// Checkpoints the SQLite WAL off the write path. PASSIVE never waits for readers or the writer: it
+/// copies what it can and the next round takes the rest, so the WAL stays bounded without a commit
+/// ever paying for it.
+async fn checkpoint_wal(db: DatabaseConnection, stop: tokio_util::sync::CancellationToken) {
+    let mut every = tokio::time::interval(WAL_CHECKPOINT_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        if let Err(error) = db.execute_unprepared("PRAGMA wal_checkpoint(PASSIVE)").await {
+            tracing::debug!(%error, "WAL checkpoint skipped");
+        }
     }
 }
 
@@ -108,10 +132,20 @@ impl Store {
                 .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
                 .busy_timeout(busy)
                 .foreign_keys(true)
+                // No checkpoint inside a commit: copying the WAL back into the database file (and its
+                // fsync) stalled the write that crossed the threshold by several milliseconds. A
+                // background task checkpoints instead (see `checkpoint_wal`).
+                .pragma("wal_autocheckpoint", "0")
         });
         let db = Database::connect(options).await?;
-        let write_slot = (db.get_database_backend() == DbBackend::Sqlite).then(|| Arc::new(Mutex::new(())));
-        let store = Self { db, write_slot };
+        let sqlite = db.get_database_backend() == DbBackend::Sqlite;
+        let write_slot = sqlite.then(|| Arc::new(Mutex::new(())));
+        let checkpointer = sqlite.then(|| {
+            let stop = tokio_util::sync::CancellationToken::new();
+            tokio::spawn(checkpoint_wal(db.clone(), stop.clone()));
+            Arc::new(stop.drop_guard())
+        });
+        let store = Self { db, write_slot, _checkpointer: checkpointer };
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
         let mut attempt = 0;
         loop {

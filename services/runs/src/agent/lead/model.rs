@@ -50,9 +50,22 @@ async fn stream_turn(env: &RunEnv, request: ChatRequest) -> ModelResult {
     let mut stream = opened.map_err(model_status)?.into_inner();
     let (mut text_offset, mut thinking_offset) = (0u64, 0u64);
     let mut argument_offsets: Vec<u64> = Vec::new();
+    // Deltas are written while the stream goes on: one write in flight at a time, and the deltas
+    // that arrive meanwhile go together in the next one. A fast model costs a few transactions per
+    // turn instead of one per chunk, and an idle write path adds no latency.
+    let mut pending: Vec<Kind> = Vec::new();
+    let mut writing: Option<BoxFuture<'_, Result<(), crate::agent::Fenced>>> = None;
     loop {
         let item = tokio::select! {
             item = stream.next() => item,
+            written = wait(&mut writing) => {
+                writing = None;
+                written?;
+                if !pending.is_empty() {
+                    writing = Some(Box::pin(ctx.emit_many(std::mem::take(&mut pending))));
+                }
+                continue;
+            }
             () = cancel.cancelled() => return Err(LoopError::Cancelled),
         };
         let response = match item {
@@ -100,6 +113,13 @@ async fn stream_turn(env: &RunEnv, request: ChatRequest) -> ModelResult {
                         retryable: error.retryable,
                     });
                 }
+                if let Some(write) = writing.take() {
+                    write.await?;
+                }
+                // The step's checkpoint follows at once: the last deltas go with it, in order.
+                for delta in pending.drain(..) {
+                    ctx.stage(delta);
+                }
                 let mut message = finish.message.unwrap_or_default();
                 message.id = message_id;
                 message.usage = info.usage;
@@ -107,7 +127,18 @@ async fn stream_turn(env: &RunEnv, request: ChatRequest) -> ModelResult {
             }
             _ => continue,
         };
-        ctx.emit(Kind::MessageDelta(delta)).await?;
+        pending.push(Kind::MessageDelta(delta));
+        if writing.is_none() {
+            writing = Some(Box::pin(ctx.emit_many(std::mem::take(&mut pending))));
+        }
+    }
+}
+
+/// The write in flight, or never when there is none.
+async fn wait(writing: &mut Option<BoxFuture<'_, Result<(), crate::agent::Fenced>>>) -> Result<(), crate::agent::Fenced> {
+    match writing.as_mut() {
+        Some(write) => write.await,
+        None => std::future::pending().await,
     }
 }
 

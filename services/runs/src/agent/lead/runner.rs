@@ -27,6 +27,10 @@ pub async fn run(agent: &LeadAgent, ctx: AgentContext) -> Outcome {
     let result = drive(agent, &env).await;
     // A fenced worker no longer owns the run: another one may be using the thread's sandbox now.
     if !matches!(result, Err(LoopError::Fenced)) {
+        // Events staged after the last checkpoint (a cut-short tool round) still belong in the log.
+        if env.ctx.flush().await.is_err() {
+            tracing::info!(run_id = %env.ctx.spec.run_id, "staged events not written: fenced");
+        }
         env.release_sandbox().await;
     }
     let outputs = Outputs { presented: env.presented(), baseline: env.outputs_before(), ..Outputs::default() };
@@ -122,7 +126,7 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
         let turn = agent.pipeline.model_call(env, request, &ChatStreamCall).await?;
         if let Some(usage) = &turn.usage {
             let model = if turn.model_name.is_empty() { requested_model.as_str() } else { turn.model_name.as_str() };
-            ctx.record_usage("lead_agent", if model.is_empty() { "default" } else { model }, usage).await?;
+            ctx.stage_usage("lead_agent", if model.is_empty() { "default" } else { model }, usage);
         }
         let mut message = turn.message;
         message.role = Role::Assistant as i32;
@@ -137,9 +141,10 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
         }
         state.messages.push(message);
         agent.pipeline.after_model(env, &mut state).await?;
-        // The message as the middlewares left it is the authoritative one.
+        // The message as the middlewares left it is the authoritative one. It becomes durable with
+        // the step's checkpoint, in the same transaction (its text already streamed as deltas).
         if let Some(last) = state.messages.last() {
-            ctx.emit(Kind::Message(MessageEvent { message: Some(last.clone()) })).await?;
+            ctx.stage(Kind::Message(MessageEvent { message: Some(last.clone()) }));
         }
         state.step += 1;
         save(env, &mut state).await?;
@@ -227,7 +232,7 @@ async fn tool_round(agent: &LeadAgent, env: &RunEnv, state: &mut ThreadState, ca
         let results = futures::future::join_all(batch.iter().map(|call| one_tool(agent, env, call))).await;
         for result in results {
             let message = result?;
-            env.ctx.emit(Kind::Message(MessageEvent { message: Some(message.clone()) })).await?;
+            env.ctx.stage(Kind::Message(MessageEvent { message: Some(message.clone()) }));
             state.messages.push(message);
         }
         // A clarification ends the run: later calls of the turn are not run (the DanglingToolCall
@@ -277,7 +282,8 @@ async fn one_tool(agent: &LeadAgent, env: &RunEnv, call: &ToolCall) -> Result<Me
     };
     let message = tool_message(call, output.text.clone(), output.is_error);
     let truncated = output.text.chars().count() > SUMMARY_CHARS;
-    ctx.emit(Kind::ToolFinished(ToolFinished {
+    // Staged: written with the round's checkpoint, or before the next event (see AgentContext::stage).
+    ctx.stage(Kind::ToolFinished(ToolFinished {
         tool_call_id: call.id.clone(),
         name: call.name.clone(),
         arguments: call.arguments.clone(),
@@ -287,8 +293,7 @@ async fn one_tool(agent: &LeadAgent, env: &RunEnv, call: &ToolCall) -> Result<Me
         duration: prost_types::Duration::try_from(started.elapsed()).ok(),
         outcome_unknown: output.outcome_unknown,
         result_message_id: message.id.clone(),
-    }))
-    .await?;
+    }));
     Ok(message)
 }
 
