@@ -10,7 +10,7 @@
 //! checkpoint writes and the middlewares all count as overhead.
 //!
 //! Run: `cargo bench -p antler --bench agent_step`. Environment: `BENCH_RUNS` (sequential runs, default
-//! 50), `BENCH_CONCURRENT` (runs at once in the second part, default 100), `BENCH_DATABASE_URL` (a
+//! 200), `BENCH_CONCURRENT` (runs at once in the second part, default 100), `BENCH_DATABASE_URL` (a
 //! `postgres://` URL to measure PostgreSQL instead of SQLite; the bench creates and drops a database),
 //! `BENCH_SLOW` (print every sequential step over 4 ms, to look for periodic stalls).
 
@@ -213,7 +213,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn bench(times: ModelTimes) -> anyhow::Result<()> {
-    let sequential = env_usize("BENCH_RUNS", 50)?;
+    let sequential = env_usize("BENCH_RUNS", 200)?;
     let concurrent = env_usize("BENCH_CONCURRENT", 100)?;
     let (url, drop_after) = database().await?;
     let backend = if url.is_empty() { "SQLite" } else { "PostgreSQL" };

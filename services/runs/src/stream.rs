@@ -83,7 +83,20 @@ pub async fn append_many(
     writer: Writer<'_>,
     kinds: Vec<Kind>,
 ) -> Result<Option<Vec<RunEvent>>, RunsError> {
-    if kinds.is_empty() {
+    append_setting(db, run_id, thread_id, writer, kinds, Vec::new()).await
+}
+
+/// [`append_many`], also setting `columns` of the run's row in the same UPDATE (one statement fewer
+/// than a separate one). With no events, the row is still checked and updated.
+pub async fn append_setting(
+    db: &impl ConnectionTrait,
+    run_id: &str,
+    thread_id: &str,
+    writer: Writer<'_>,
+    kinds: Vec<Kind>,
+    columns: Vec<(runs::Column, sea_orm::Value)>,
+) -> Result<Option<Vec<RunEvent>>, RunsError> {
+    if kinds.is_empty() && columns.is_empty() {
         return Ok(Some(Vec::new()));
     }
     let now = now_ms();
@@ -95,11 +108,17 @@ pub async fn append_many(
         .value(runs::Column::UpdatedAt, now)
         .and_where(runs::Column::RunId.eq(run_id))
         .returning_col(runs::Column::LastSeq);
+    for (column, value) in columns {
+        update.value(column, value);
+    }
     if let Writer::Owner(worker) = writer {
         update.and_where(runs::Column::OwnerWorkerId.eq(worker)).and_where(runs::Column::Status.is_in(["running", "finalizing"]));
     }
     let Some(row) = db.query_one(&update).await? else { return Ok(None) };
     let last: i64 = row.try_get("", "last_seq")?;
+    if kinds.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
     let first = last - count + 1;
     let events: Vec<RunEvent> = kinds
         .into_iter()

@@ -27,7 +27,7 @@ use crate::error::RunsError;
 use crate::lifecycle::finalize::Outcome;
 use crate::store::entity::{checkpoints, runs, threads};
 use crate::store::now_ms;
-use crate::stream::{Writer, append_many};
+use crate::stream::{Writer, append_setting};
 
 /// The worker lost ownership of the run; the agent must stop and write nothing more.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
@@ -80,6 +80,9 @@ pub(crate) struct Staged {
     /// The checkpoint this attempt wrote last: the thread's head while the run is active (nothing
     /// else moves the head of a thread with an active run), so the next one needs no lookup.
     head: Option<String>,
+    /// The run's usage totals as last written by this attempt (only the owner writes them while the
+    /// run is RUNNING), so adding a call's usage needs no read.
+    usage_total: Option<RunUsage>,
 }
 
 impl std::fmt::Debug for AgentContext {
@@ -125,7 +128,7 @@ impl AgentContext {
     /// Appends events in one transaction, after anything staged (so the order of the run's events is
     /// the order the agent produced them). Published to live subscribers once committed.
     pub async fn emit_many(&self, kinds: Vec<Kind>) -> Result<(), Fenced> {
-        self.write(kinds, None).await.map(|_| ())
+        self.write(kinds, None, Vec::new()).await
     }
 
     /// Holds an event back to be written in the same transaction as the next checkpoint (or the next
@@ -149,21 +152,33 @@ impl AgentContext {
     /// Saves the thread state after a step; it becomes the thread's head and the resume point of
     /// this run. Emits a VALUES event after the staged ones, in the same transaction.
     pub async fn checkpoint(&self, step: i64, values: prost_types::Struct, messages: Vec<Message>) -> Result<String, Fenced> {
+        self.checkpoint_then(step, values, messages, Vec::new()).await
+    }
+
+    /// [`checkpoint`](Self::checkpoint), with `then` appended after its VALUES event in the same
+    /// transaction (the loop announces the next tool round's TOOL_STARTED events this way).
+    pub async fn checkpoint_then(
+        &self,
+        step: i64,
+        values: prost_types::Struct,
+        messages: Vec<Message>,
+        then: Vec<Kind>,
+    ) -> Result<String, Fenced> {
         let checkpoint_id = uuid::Uuid::now_v7().to_string();
-        self.write(Vec::new(), Some(NewCheckpoint { checkpoint_id: checkpoint_id.clone(), step, values, messages })).await?;
+        self.write(Vec::new(), Some(NewCheckpoint { checkpoint_id: checkpoint_id.clone(), step, values, messages }), then).await?;
         Ok(checkpoint_id)
     }
 
     /// One transaction: ownership check and seq allocation, staged usage, the checkpoint and the
-    /// thread's head, then the staged events, `kinds` and the checkpoint's VALUES event.
-    async fn write(&self, kinds: Vec<Kind>, checkpoint: Option<NewCheckpoint>) -> Result<(), Fenced> {
+    /// thread's head, then the staged events, `kinds`, the checkpoint's VALUES event and `after`.
+    async fn write(&self, kinds: Vec<Kind>, checkpoint: Option<NewCheckpoint>, after: Vec<Kind>) -> Result<(), Fenced> {
         self.check()?;
-        let (staged, known_head) = {
+        let (staged, known_head, known_usage) = {
             let mut guard = self.staged.lock().unwrap_or_else(|p| p.into_inner());
-            let head = guard.head.clone();
-            (Staged { events: std::mem::take(&mut guard.events), usage: std::mem::take(&mut guard.usage), head: None }, head)
+            let staged = Staged { events: std::mem::take(&mut guard.events), usage: std::mem::take(&mut guard.usage), ..Staged::default() };
+            (staged, guard.head.clone(), guard.usage_total.clone())
         };
-        if staged.events.is_empty() && staged.usage.is_empty() && kinds.is_empty() && checkpoint.is_none() {
+        if staged.events.is_empty() && staged.usage.is_empty() && kinds.is_empty() && checkpoint.is_none() && after.is_empty() {
             return Ok(());
         }
         let mut events = staged.events;
@@ -185,22 +200,30 @@ impl AgentContext {
                         step: c.step,
                     }));
                 }
-                // First statement: still ours? It also serialises with a concurrent takeover.
-                let Some(written) = append_many(&*tx, &spec.run_id, &spec.thread_id, Writer::Owner(&engine.worker_id), all).await? else {
-                    return Ok(None);
-                };
+                all.extend(after.iter().cloned());
+                // Usage totals: known from this attempt's last write, read once otherwise.
+                let mut new_usage = None;
                 if !staged.usage.is_empty() {
-                    let run = runs::Entity::find_by_id(spec.run_id.clone()).one(&*tx).await?;
-                    let mut total = run.map(|r| RunUsage::decode(r.usage.as_slice())).transpose()?.unwrap_or_default();
+                    let mut total = match &known_usage {
+                        Some(total) => total.clone(),
+                        None => {
+                            let run = runs::Entity::find_by_id(spec.run_id.clone()).one(&*tx).await?;
+                            run.map(|r| RunUsage::decode(r.usage.as_slice())).transpose()?.unwrap_or_default()
+                        }
+                    };
                     for (caller, model, usage) in &staged.usage {
                         add_usage(&mut total, caller, model, usage);
                     }
-                    runs::Entity::update_many()
-                        .col_expr(runs::Column::Usage, Expr::value(total.encode_to_vec()))
-                        .filter(runs::Column::RunId.eq(spec.run_id.as_str()))
-                        .exec(&*tx)
-                        .await?;
+                    new_usage = Some(total);
                 }
+                let columns = new_usage.iter().map(|total| (runs::Column::Usage, sea_orm::Value::from(total.encode_to_vec()))).collect();
+                // One statement: still ours? (It also serialises with a concurrent takeover.) Seqs
+                // allocated, usage written.
+                let Some(written) =
+                    append_setting(&*tx, &spec.run_id, &spec.thread_id, Writer::Owner(&engine.worker_id), all, columns).await?
+                else {
+                    return Ok(None);
+                };
                 if let Some(c) = &checkpoint {
                     let parent = match &known_head {
                         Some(head) => Some(head.clone()),
@@ -240,13 +263,19 @@ impl AgentContext {
                         .await?;
                 }
                 tx.commit().await?;
-                Ok::<_, RunsError>(Some(written))
+                Ok::<_, RunsError>(Some((written, new_usage)))
             })
             .await;
         match result {
-            Ok(Some(written)) => {
-                if let Some(c) = &checkpoint {
-                    self.staged.lock().unwrap_or_else(|p| p.into_inner()).head = Some(c.checkpoint_id.clone());
+            Ok(Some((written, new_usage))) => {
+                {
+                    let mut guard = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(c) = &checkpoint {
+                        guard.head = Some(c.checkpoint_id.clone());
+                    }
+                    if new_usage.is_some() {
+                        guard.usage_total = new_usage;
+                    }
                 }
                 engine.hub.publish(&written);
                 for (caller, _, usage) in &staged.usage {

@@ -7,8 +7,8 @@ use antler_proto::models::model_service_client::ModelServiceClient;
 use antler_proto::models::{ChatRequest, ChatStreamRequest, FinishReason};
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{MessageDelta, ToolCallDelta};
-use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 
 use super::env::RunEnv;
 use super::pipeline::{LoopError, ModelResult, ModelTerminal, ModelTurn};
@@ -50,23 +50,35 @@ async fn stream_turn(env: &RunEnv, request: ChatRequest) -> ModelResult {
     let mut stream = opened.map_err(model_status)?.into_inner();
     let (mut text_offset, mut thinking_offset) = (0u64, 0u64);
     let mut argument_offsets: Vec<u64> = Vec::new();
-    // Deltas are written while the stream goes on: one write in flight at a time, and the deltas
-    // that arrive meanwhile go together in the next one. A fast model costs a few transactions per
-    // turn instead of one per chunk, and an idle write path adds no latency.
+    // Deltas are written whenever the stream has nothing more ready, one write in flight at a time:
+    // chunks that arrive together (or during a write) go in one transaction, each with its own seq,
+    // and a model slower than the write path — any real one — sees each delta written at once.
     let mut pending: Vec<Kind> = Vec::new();
     let mut writing: Option<BoxFuture<'_, Result<(), crate::agent::Fenced>>> = None;
     loop {
-        let item = tokio::select! {
-            item = stream.next() => item,
-            written = wait(&mut writing) => {
-                writing = None;
-                written?;
-                if !pending.is_empty() {
+        if cancel.is_cancelled() {
+            return Err(LoopError::Cancelled);
+        }
+        let ready = match stream.next().now_or_never() {
+            Some(item) => Some(item),
+            None => {
+                if writing.is_none() && !pending.is_empty() {
                     writing = Some(Box::pin(ctx.emit_many(std::mem::take(&mut pending))));
                 }
-                continue;
+                None
             }
-            () = cancel.cancelled() => return Err(LoopError::Cancelled),
+        };
+        let item = match ready {
+            Some(item) => item,
+            None => tokio::select! {
+                item = stream.next() => item,
+                written = wait(&mut writing) => {
+                    writing = None;
+                    written?;
+                    continue;
+                }
+                () = cancel.cancelled() => return Err(LoopError::Cancelled),
+            },
         };
         let response = match item {
             None => return Err(unavailable("the model stream ended without a finish".to_owned())),
@@ -128,9 +140,6 @@ async fn stream_turn(env: &RunEnv, request: ChatRequest) -> ModelResult {
             _ => continue,
         };
         pending.push(Kind::MessageDelta(delta));
-        if writing.is_none() {
-            writing = Some(Box::pin(ctx.emit_many(std::mem::take(&mut pending))));
-        }
     }
 }
 

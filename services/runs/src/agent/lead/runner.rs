@@ -98,7 +98,7 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
     if continuing {
         let pending = state.pending_tool_calls();
         if !pending.is_empty() {
-            tool_round(agent, env, &mut state, pending).await?;
+            tool_round(agent, env, &mut state, batches(agent, pending), false).await?;
             if let Some(todos) = env.take_todos() {
                 state.todos = todos;
             }
@@ -147,9 +147,13 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
             ctx.stage(Kind::Message(MessageEvent { message: Some(last.clone()) }));
         }
         state.step += 1;
-        save(env, &mut state).await?;
-
         let calls = state.messages.last().map(|m| m.tool_calls.clone()).unwrap_or_default();
+        let batches = if state.step < limit { batches(agent, calls.clone()) } else { Vec::new() };
+        // The first batch's TOOL_STARTED events go with the step's checkpoint: one write fewer per
+        // round, and the tools start right after it.
+        let announced = batches.first().map(|batch| batch.iter().map(started).collect()).unwrap_or_default();
+        save_then(env, &mut state, announced).await?;
+
         if calls.is_empty() {
             if env.stop_reason().is_none() && env.take_jump() {
                 continue;
@@ -159,7 +163,7 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
         if state.step >= limit {
             return Err(LoopError::RecursionLimit(limit as u32));
         }
-        tool_round(agent, env, &mut state, calls).await?;
+        tool_round(agent, env, &mut state, batches, true).await?;
         if let Some(todos) = env.take_todos() {
             state.todos = todos;
         }
@@ -186,9 +190,14 @@ fn unique_call_ids(history: &[Message], message: &mut Message) {
 }
 
 async fn save(env: &RunEnv, state: &mut ThreadState) -> Result<(), LoopError> {
+    save_then(env, state, Vec::new()).await
+}
+
+/// Checkpoints the state, then appends `then` in the same transaction.
+async fn save_then(env: &RunEnv, state: &mut ThreadState, then: Vec<Kind>) -> Result<(), LoopError> {
     state.artifacts = env.presented();
     state.stop_reason = env.stop_reason().unwrap_or_default();
-    env.ctx.checkpoint(state.step, state.values(), state.messages.clone()).await?;
+    env.ctx.checkpoint_then(state.step, state.values(), state.messages.clone(), then).await?;
     Ok(())
 }
 
@@ -211,10 +220,9 @@ fn build_request(agent: &LeadAgent, env: &RunEnv, state: &ThreadState) -> ChatRe
     }
 }
 
-/// Runs one turn's tool calls and appends their results in call order. Consecutive read-only calls
-/// run in parallel; a side-effecting call runs alone, in order, since later calls may depend on it.
-async fn tool_round(agent: &LeadAgent, env: &RunEnv, state: &mut ThreadState, calls: Vec<ToolCall>) -> Result<(), LoopError> {
-    let cancel = env.ctx.cancelled();
+/// A turn's tool calls in the groups they run in: consecutive read-only calls together (in
+/// parallel), each side-effecting call alone, in order, since later calls may depend on it.
+fn batches(agent: &LeadAgent, calls: Vec<ToolCall>) -> Vec<Vec<ToolCall>> {
     let mut batches: Vec<Vec<ToolCall>> = Vec::new();
     for call in calls {
         let effectful = agent.tools.get(&call.name).is_some_and(|t| t.side_effect());
@@ -225,11 +233,36 @@ async fn tool_round(agent: &LeadAgent, env: &RunEnv, state: &mut ThreadState, ca
             _ => batches.push(vec![call]),
         }
     }
-    for batch in batches {
+    batches
+}
+
+/// The TOOL_STARTED event of `call`.
+fn started(call: &ToolCall) -> Kind {
+    Kind::ToolStarted(ToolStarted {
+        tool_call_id: call.id.clone(),
+        name: call.name.clone(),
+        arguments: call.arguments.clone(),
+        raw_arguments: if call.arguments.is_some() { String::new() } else { call.raw_arguments.clone() },
+    })
+}
+
+/// Runs a turn's tool calls, batch after batch, and appends their results in call order. With
+/// `first_announced`, the first batch's TOOL_STARTED events were already written (with the
+/// checkpoint before the round).
+async fn tool_round(
+    agent: &LeadAgent,
+    env: &RunEnv,
+    state: &mut ThreadState,
+    batches: Vec<Vec<ToolCall>>,
+    first_announced: bool,
+) -> Result<(), LoopError> {
+    let cancel = env.ctx.cancelled();
+    for (index, batch) in batches.into_iter().enumerate() {
         if cancel.is_cancelled() {
             return Err(LoopError::Cancelled);
         }
-        let results = futures::future::join_all(batch.iter().map(|call| one_tool(agent, env, call))).await;
+        let announced = first_announced && index == 0;
+        let results = futures::future::join_all(batch.iter().map(|call| one_tool(agent, env, call, announced))).await;
         for result in results {
             let message = result?;
             env.ctx.stage(Kind::Message(MessageEvent { message: Some(message.clone()) }));
@@ -261,15 +294,11 @@ fn parse_args(call: &ToolCall) -> Result<Args, String> {
     }
 }
 
-async fn one_tool(agent: &LeadAgent, env: &RunEnv, call: &ToolCall) -> Result<Message, LoopError> {
+async fn one_tool(agent: &LeadAgent, env: &RunEnv, call: &ToolCall, announced: bool) -> Result<Message, LoopError> {
     let ctx = &env.ctx;
-    ctx.emit(Kind::ToolStarted(ToolStarted {
-        tool_call_id: call.id.clone(),
-        name: call.name.clone(),
-        arguments: call.arguments.clone(),
-        raw_arguments: if call.arguments.is_some() { String::new() } else { call.raw_arguments.clone() },
-    }))
-    .await?;
+    if !announced {
+        ctx.emit(started(call)).await?;
+    }
     let started = Instant::now();
     let output = match parse_args(call) {
         Err(raw) => ToolOutput::error(format!("Error: the arguments of `{}` are not a JSON object: {raw}", call.name)),

@@ -94,6 +94,8 @@ pub trait Tool: Send + Sync {
 #[derive(Clone, Default)]
 pub struct ToolSet {
     tools: Vec<Arc<dyn Tool>>,
+    /// `specs()`, built on first use: the same schemas go out with every model call of the run.
+    specs: std::sync::OnceLock<Vec<ToolSpec>>,
 }
 
 impl std::fmt::Debug for ToolSet {
@@ -117,6 +119,7 @@ impl ToolSet {
                 Arc::new(present_files::PresentFiles),
                 Arc::new(ask_clarification::AskClarification),
             ],
+            specs: std::sync::OnceLock::new(),
         };
         if plan_mode {
             set.tools.push(Arc::new(write_todos::WriteTodos));
@@ -130,17 +133,21 @@ impl ToolSet {
 
     /// The schemas the model is given.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools
-            .iter()
-            .map(|t| ToolSpec {
-                name: t.name().to_owned(),
-                description: t.description().to_owned(),
-                parameters: match crate::json::json_to_value(&t.parameters()).kind {
-                    Some(prost_types::value::Kind::StructValue(s)) => Some(s),
-                    _ => None,
-                },
+        self.specs
+            .get_or_init(|| {
+                self.tools
+                    .iter()
+                    .map(|t| ToolSpec {
+                        name: t.name().to_owned(),
+                        description: t.description().to_owned(),
+                        parameters: match crate::json::json_to_value(&t.parameters()).kind {
+                            Some(prost_types::value::Kind::StructValue(s)) => Some(s),
+                            _ => None,
+                        },
+                    })
+                    .collect()
             })
-            .collect()
+            .clone()
     }
 }
 
