@@ -239,3 +239,30 @@ async fn deleting_a_thread_clears_its_workspace() -> anyhow::Result<()> {
     assert_eq!(read.err().map(|s| s.code()), Some(Code::NotFound), "the file outlived its thread");
     Ok(())
 }
+
+/// A large input is kept out of the `runs` row (every event append rewrites that row on SQLite) and
+/// still reaches the agent whole, on both backends.
+#[tokio::test]
+async fn a_large_input_reaches_the_agent_whole() -> anyhow::Result<()> {
+    let text = format!("{}END", "x".repeat(200_000));
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let db = TestDb::new(backend).await?;
+        let server = start_runs(&db, "")?;
+        let (mut runs, _) = clients(&server).await?;
+        let create = CreateRunRequest { input: vec![user_text(&text)], expected_outputs: vec![], ..CreateRunRequest::default() };
+        let run = runs.create_run(authed(create, ALICE)).await?.into_inner().run.unwrap_or_default();
+        let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+        assert_eq!(run.status(), RunStatus::Success, "{backend:?}: {:?}", run.error);
+        let events = run_events(&mut runs, ALICE, &run.run_id).await?;
+        let echoed = events.iter().any(|e| match &e.kind {
+            Some(run_event::Kind::Message(m)) => m.message.as_ref().is_some_and(|m| {
+                m.content.iter().any(
+                    |p| matches!(&p.part, Some(antler_proto::common::content_part::Part::Text(t)) if t.text == format!("echo: {text}")),
+                )
+            }),
+            _ => false,
+        });
+        assert!(echoed, "{backend:?}: the agent saw the whole input");
+    }
+    Ok(())
+}

@@ -11,7 +11,7 @@ use crate::error::RunsError;
 use crate::json::{json_text_to_struct, struct_to_json};
 use crate::lifecycle::{ACTIVE, ERROR, INTERRUPTED};
 use crate::paging;
-use crate::store::entity::{checkpoints, feedback, run_events, runs, threads, tool_effects};
+use crate::store::entity::{checkpoints, feedback, run_events, run_inputs, runs, threads, tool_effects};
 use crate::store::now_ms;
 use crate::time::to_timestamp;
 
@@ -169,6 +169,7 @@ pub async fn delete(engine: &Engine, user_id: &str, thread_id: &str) -> Result<u
         run_events::Entity::delete_many().filter(run_events::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
         feedback::Entity::delete_many().filter(feedback::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
         tool_effects::Entity::delete_many().filter(tool_effects::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
+        run_inputs::Entity::delete_many().filter(run_inputs::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
     }
     runs::Entity::delete_many().filter(runs::Column::UserId.eq(user_id)).filter(runs::Column::ThreadId.eq(thread_id)).exec(&*tx).await?;
     checkpoints::Entity::delete_many()

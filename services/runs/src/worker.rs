@@ -16,7 +16,7 @@ use crate::agent::{AgentContext, RunSpec};
 use crate::engine::{Engine, LocalRun, StopCause};
 use crate::lifecycle::finalize::{self, Outcome, Outputs};
 use crate::lifecycle::{lease, start};
-use crate::store::entity::{checkpoints, runs};
+use crate::store::entity::{checkpoints, run_inputs, runs};
 
 /// Starts the dispatcher and the sweeper; both stop at shutdown. The first sweep runs before this
 /// returns, so runs orphaned by a crash are claimed at start-up.
@@ -114,10 +114,13 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
     engine.local.lock().unwrap_or_else(|p| p.into_inner()).insert(run.run_id.clone(), local.clone());
     let keep_alive = tokio::spawn(lease::keep_alive(engine.clone(), run.run_id.clone(), local.clone()));
 
-    let request = CreateRunRequest::decode(run.request.as_slice()).unwrap_or_default();
+    let mut request = CreateRunRequest::decode(run.request.as_slice()).unwrap_or_default();
     let declared = request.expected_outputs.clone();
-    let outcome = match resume_point(engine, &run, resumed).await {
-        Ok(resume_from) => {
+    let outcome = match (resume_point(engine, &run, resumed).await, load_input(engine, &run.run_id, &mut request).await) {
+        (Err(error), _) | (_, Err(error)) => {
+            Outcome::Failed(RunError { code: "resume_failed".to_owned(), message: error.to_string(), retryable: true, details: None })
+        }
+        (Ok(resume_from), Ok(())) => {
             let spec = RunSpec {
                 run_id: run.run_id.clone(),
                 thread_id: run.thread_id.clone(),
@@ -145,9 +148,6 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
                 }
                 Err(error) => Outcome::Failed(error),
             }
-        }
-        Err(error) => {
-            Outcome::Failed(RunError { code: "resume_failed".to_owned(), message: error.to_string(), retryable: true, details: None })
         }
     };
 
@@ -221,6 +221,19 @@ async fn verify_outputs(engine: &Engine, run: &runs::Model, declared: &[String],
             details: None,
         }),
     }
+}
+
+/// Puts back the input of a run admitted with a large one (kept in `run_inputs`, see that entity).
+/// Admission never stores an empty input without `resume` inline, so that pair marks it.
+async fn load_input(engine: &Engine, run_id: &str, request: &mut CreateRunRequest) -> Result<(), crate::error::RunsError> {
+    if !request.input.is_empty() || request.resume.is_some() {
+        return Ok(());
+    }
+    if let Some(row) = run_inputs::Entity::find_by_id(run_id.to_owned()).one(engine.store.db()).await? {
+        let stored = CreateRunRequest::decode(row.input.as_slice()).map_err(|e| crate::error::RunsError::Store(e.into()))?;
+        request.input = stored.input;
+    }
+    Ok(())
 }
 
 /// Where the agent starts: on a resumed attempt, the run's own latest checkpoint; otherwise the

@@ -13,9 +13,12 @@ use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use sha2::{Digest, Sha256};
 
 use super::{ACTIVE, Ending, FINALIZING, INTERRUPTED, PENDING, end_by_service};
+
+/// Largest request kept whole in the `runs` row; a larger one's input goes to `run_inputs`.
+pub const INLINE_REQUEST_BYTES: usize = 4096;
 use crate::engine::{Engine, StopCause};
 use crate::error::RunsError;
-use crate::store::entity::{runs, threads};
+use crate::store::entity::{run_inputs, runs, threads};
 use crate::store::now_ms;
 use crate::stream::insert_first;
 use crate::threads::valid_thread_id;
@@ -360,6 +363,9 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
     stored.thread_id = thread.thread_id.clone();
     let model_name = stored.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
     let metadata = stored.metadata.as_ref().map(struct_to_json).unwrap_or_else(|| "{}".to_owned());
+    // A large input goes to its own table: the runs row is rewritten by every event append.
+    let separate_input = (stored.encoded_len() > INLINE_REQUEST_BYTES && !stored.input.is_empty())
+        .then(|| CreateRunRequest { input: std::mem::take(&mut stored.input), ..CreateRunRequest::default() });
     let run = runs::Model {
         run_id: run_id.clone(),
         user_id: user_id.to_owned(),
@@ -392,6 +398,14 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         updated_at: now,
     };
     runs::Entity::insert(runs::ActiveModel::from(run.clone())).exec_without_returning(&*tx).await?;
+    if let Some(input) = separate_input {
+        run_inputs::Entity::insert(run_inputs::ActiveModel::from(run_inputs::Model {
+            run_id: run_id.clone(),
+            input: input.encode_to_vec(),
+        }))
+        .exec_without_returning(&*tx)
+        .await?;
+    }
     let metadata_event = Kind::Metadata(Metadata {
         run_id: run_id.clone(),
         thread_id: thread.thread_id.clone(),

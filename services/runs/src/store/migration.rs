@@ -10,7 +10,7 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(Initial), Box::new(ToolEffects)]
+        vec![Box::new(Initial), Box::new(ToolEffects), Box::new(RunInputs)]
     }
 
     fn migration_table_name() -> DynIden {
@@ -176,6 +176,36 @@ impl MigrationTrait for ToolEffects {
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager.get_connection().execute_unprepared("DROP TABLE IF EXISTS tool_effects").await?;
+        Ok(())
+    }
+}
+
+/// Large run inputs out of the `runs` row (see `entity/run_inputs.rs`). Existing rows keep their input
+/// inline, which readers still understand.
+struct RunInputs;
+
+impl MigrationName for RunInputs {
+    fn name(&self) -> &str {
+        "m0003_run_inputs"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for RunInputs {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let blob = match manager.get_database_backend() {
+            DbBackend::Postgres => "BYTEA",
+            _ => "BLOB",
+        };
+        manager
+            .get_connection()
+            .execute_unprepared(&format!("CREATE TABLE run_inputs (run_id TEXT PRIMARY KEY, input {blob} NOT NULL)"))
+            .await?;
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.get_connection().execute_unprepared("DROP TABLE IF EXISTS run_inputs").await?;
         Ok(())
     }
 }

@@ -5,6 +5,7 @@
 pub mod checkpoints;
 pub mod feedback;
 pub mod run_events;
+pub mod run_inputs;
 pub mod runs;
 pub mod threads;
 pub mod tool_effects;
