@@ -146,6 +146,40 @@ pub async fn append_setting(
     Ok(Some(events))
 }
 
+/// PostgreSQL only: appends one event owned by `worker` in a single statement outside any
+/// transaction — the seq UPDATE (ownership check included) and the INSERT in one CTE, one round trip
+/// and one commit instead of four round trips. The stored payload carries seq 0; readers take the seq
+/// from its column (see [`read_after`]). Returns None when `worker` no longer owns the run.
+pub async fn append_one_postgres(
+    db: &impl ConnectionTrait,
+    run_id: &str,
+    thread_id: &str,
+    worker: &str,
+    kind: Kind,
+) -> Result<Option<RunEvent>, RunsError> {
+    let now = now_ms();
+    let mut event = RunEvent {
+        run_id: run_id.to_owned(),
+        seq: 0,
+        time: Some(to_timestamp(now)),
+        thread_id: thread_id.to_owned(),
+        task_id: String::new(),
+        kind: Some(kind),
+    };
+    let kind_number = event.kind.as_ref().map(kind_of).unwrap_or(EventKind::Unspecified) as i32;
+    let statement = sea_orm::Statement::from_sql_and_values(
+        sea_orm::DbBackend::Postgres,
+        "WITH s AS (UPDATE runs SET last_seq = last_seq + 1, updated_at = $5 \
+         WHERE run_id = $1 AND owner_worker_id = $2 AND status IN ('running', 'finalizing') RETURNING last_seq) \
+         INSERT INTO run_events (run_id, seq, kind, payload, created_at) SELECT $1, s.last_seq, $3, $4, $5 FROM s RETURNING seq",
+        [run_id.into(), worker.into(), kind_number.into(), event.encode_to_vec().into(), now.into()],
+    );
+    let Some(row) = db.query_one_raw(statement).await? else { return Ok(None) };
+    let seq: i64 = row.try_get("", "seq")?;
+    event.seq = seq as u64;
+    Ok(Some(event))
+}
+
 /// Writes the first event (seq 1) of a run inserted in the same transaction with `last_seq = 1`.
 pub async fn insert_first(db: &impl ConnectionTrait, run_id: &str, thread_id: &str, kind: Kind, now: i64) -> Result<RunEvent, RunsError> {
     let event = RunEvent {
@@ -180,7 +214,14 @@ pub async fn read_after(store: &Store, run_id: &str, after_seq: u64, kinds: &[i3
         query = query.filter(run_events::Column::Kind.is_in(kinds.iter().copied()));
     }
     let rows = query.all(store.db()).await?;
-    rows.into_iter().map(|row| RunEvent::decode(row.payload.as_slice()).map_err(|e| RunsError::Store(e.into()))).collect()
+    rows.into_iter()
+        .map(|row| {
+            let mut event = RunEvent::decode(row.payload.as_slice()).map_err(|e| RunsError::Store(e.into()))?;
+            // The column is the truth: single-statement appends store seq 0 in the payload.
+            event.seq = row.seq as u64;
+            Ok(event)
+        })
+        .collect()
 }
 
 /// Live fan-out of committed events to subscribers in this process.

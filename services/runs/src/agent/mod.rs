@@ -19,7 +19,7 @@ use antler_proto::runs::{Checkpoint, CreateRunRequest, RunUsage, ValuesEvent};
 use futures::future::BoxFuture;
 use prost::Message as _;
 use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, DbBackend, EntityTrait, QueryFilter};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, LocalRun, StopCause};
@@ -27,7 +27,7 @@ use crate::error::RunsError;
 use crate::lifecycle::finalize::Outcome;
 use crate::store::entity::{checkpoints, runs, threads};
 use crate::store::now_ms;
-use crate::stream::{Writer, append_setting};
+use crate::stream::{Writer, append_one_postgres, append_setting};
 
 /// The worker lost ownership of the run; the agent must stop and write nothing more.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
@@ -185,6 +185,26 @@ impl AgentContext {
         events.extend(kinds);
         let engine = &self.engine;
         let spec = &self.spec;
+        // The streaming hot path on PostgreSQL: one event, nothing else, one statement.
+        if events.len() == 1
+            && checkpoint.is_none()
+            && staged.usage.is_empty()
+            && after.is_empty()
+            && engine.store.backend() == DbBackend::Postgres
+        {
+            let Some(kind) = events.pop() else { return Ok(()) };
+            return match append_one_postgres(engine.store.db(), &spec.run_id, &spec.thread_id, &engine.worker_id, kind).await {
+                Ok(Some(event)) => {
+                    engine.hub.publish(&[event]);
+                    Ok(())
+                }
+                Ok(None) => Err(self.fence()),
+                Err(error) => {
+                    tracing::warn!(run_id = %spec.run_id, %error, "event not written");
+                    Err(self.fence())
+                }
+            };
+        }
         let result = engine
             .store
             .retry_busy(|| async {
