@@ -170,8 +170,12 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
         state.step += 1;
         save(env, &mut state).await?;
     }
+    let before = settled(env, &mut state);
     agent.pipeline.after_agent(env, &mut state).await?;
-    save(env, &mut state).await?;
+    // The last step's checkpoint already holds the state unless an after_agent hook changed it.
+    if settled(env, &mut state) != before {
+        save(env, &mut state).await?;
+    }
     Ok(env.stop_reason().unwrap_or_else(|| "completed".to_owned()))
 }
 
@@ -187,6 +191,13 @@ fn unique_call_ids(history: &[Message], message: &mut Message) {
         }
         seen.insert(call.id.clone());
     }
+}
+
+/// What a checkpoint of `state` would hold besides the messages, and how many messages.
+fn settled(env: &RunEnv, state: &mut ThreadState) -> (prost_types::Struct, usize) {
+    state.artifacts = env.presented();
+    state.stop_reason = env.stop_reason().unwrap_or_default();
+    (state.values(), state.messages.len())
 }
 
 async fn save(env: &RunEnv, state: &mut ThreadState) -> Result<(), LoopError> {
