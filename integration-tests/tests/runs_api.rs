@@ -266,3 +266,42 @@ async fn a_large_input_reaches_the_agent_whole() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `config.max_duration` stops a run still going at its limit: TIMEOUT, stop_reason and error code
+/// `deadline_exceeded`, the thread in error. Longer limits are clamped to `runs.max_run_duration_secs`,
+/// an absent one gets it, a negative one is refused naming the field.
+#[tokio::test]
+async fn a_run_past_its_max_duration_times_out_and_limits_are_clamped() -> anyhow::Result<()> {
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let server = start_runs(&db, "  max_run_duration_secs: 600\n")?;
+    let (mut runs, mut threads) = clients(&server).await?;
+    let seconds = |s: i64| Some(prost_types::Duration { seconds: s, nanos: 0 });
+
+    let mut create = run_request("", json!([{"say": "working"}, {"sleep_ms": 30000}, {"say": "never said"}]));
+    create.config = Some(RunConfig { max_duration: seconds(1), ..Default::default() });
+    let started = std::time::Instant::now();
+    let run = runs.create_run(authed(create, ALICE)).await?.into_inner().run.unwrap_or_default();
+    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    assert_eq!(run.status(), RunStatus::Timeout, "{:?}", run.error);
+    assert!(started.elapsed() < Duration::from_secs(10), "stopped at its limit, not after the 30 s sleep");
+    assert_eq!(run.stop_reason, "deadline_exceeded");
+    assert_eq!(run.error.as_ref().map(|e| e.code.as_str()), Some("deadline_exceeded"));
+    assert_eq!(run.config.as_ref().and_then(|c| c.max_duration), seconds(1));
+    let events = run_events(&mut runs, ALICE, &run.run_id).await?;
+    assert!(matches!(events.last().and_then(|e| e.kind.clone()), Some(run_event::Kind::End(end)) if end.status() == RunStatus::Timeout));
+    let thread = threads.get_thread(authed(GetThreadRequest { thread_id: run.thread_id.clone() }, ALICE)).await?;
+    assert_eq!(thread.into_inner().thread.unwrap_or_default().status(), ThreadStatus::Error);
+
+    for (asked, effective) in [(seconds(10 * 86_400), 600), (None, 600), (seconds(5), 5)] {
+        let mut create = run_request("", json!([{"say": "hi"}]));
+        create.config = Some(RunConfig { max_duration: asked, ..Default::default() });
+        let run = runs.create_run(authed(create, ALICE)).await?.into_inner().run.unwrap_or_default();
+        assert_eq!(run.config.and_then(|c| c.max_duration), seconds(effective), "asked {asked:?}");
+    }
+    let mut create = run_request("", json!([{"say": "hi"}]));
+    create.config = Some(RunConfig { max_duration: seconds(-1), ..Default::default() });
+    let status = runs.create_run(authed(create, ALICE)).await.err().ok_or_else(|| anyhow::anyhow!("a negative limit was accepted"))?;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().starts_with("config.max_duration"), "{}", status.message());
+    Ok(())
+}

@@ -28,6 +28,9 @@ pub struct RunsConfig {
     pub drain_secs: u64,
     /// Recursion limit when a request gives none.
     pub recursion_limit_default: u32,
+    /// Wall-clock limit of a run from RUNNING, in seconds: the default and the largest
+    /// `config.max_duration` a request may ask for (1..604800).
+    pub max_run_duration_secs: u64,
     /// Largest recursion limit a request may ask for (larger values are clamped to it).
     pub recursion_limit_max: u32,
     /// How long an idempotency key keeps naming its run, in seconds.
@@ -63,6 +66,7 @@ impl Default for RunsConfig {
             drain_secs: 10,
             recursion_limit_default: 100,
             recursion_limit_max: 1000,
+            max_run_duration_secs: 3600,
             idempotency_retention_secs: 24 * 3600,
             heartbeat_secs: 15,
             max_queued_per_thread: 10,
@@ -131,6 +135,7 @@ impl RunsConfig {
         check_range("runs.sweep_interval_secs", self.sweep_interval_secs, 1, 10)?;
         check_range("runs.max_attempts", self.max_attempts.into(), 1, 100)?;
         check_range("runs.drain_secs", self.drain_secs, 0, 3600)?;
+        check_range("runs.max_run_duration_secs", self.max_run_duration_secs, 1, 7 * 86_400)?;
         check_range("runs.recursion_limit_max", self.recursion_limit_max.into(), 1, 100_000)?;
         check_range("runs.recursion_limit_default", self.recursion_limit_default.into(), 1, self.recursion_limit_max.into())?;
         check_range("runs.idempotency_retention_secs", self.idempotency_retention_secs, 60, 30 * 86_400)?;

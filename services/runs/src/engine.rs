@@ -22,6 +22,8 @@ pub enum StopCause {
     Fenced,
     /// Shutdown: the lease is released for another worker to resume the run.
     Release,
+    /// The run's `max_duration` passed — it ends TIMEOUT.
+    Timeout,
 }
 
 /// A run executing on this replica.

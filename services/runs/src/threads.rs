@@ -9,7 +9,7 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use crate::engine::Engine;
 use crate::error::RunsError;
 use crate::json::{json_text_to_struct, struct_to_json};
-use crate::lifecycle::{ACTIVE, ERROR, INTERRUPTED};
+use crate::lifecycle::{ACTIVE, ERROR, INTERRUPTED, TIMEOUT};
 use crate::paging;
 use crate::store::entity::{checkpoints, feedback, run_events, run_inputs, runs, threads, tool_effects};
 use crate::store::now_ms;
@@ -201,7 +201,7 @@ pub async fn status(engine: &Engine, thread: &threads::Model) -> Result<(ThreadS
     let Some(latest) = &thread.latest_run_id else { return Ok((ThreadStatus::Idle, None)) };
     let latest = runs::Entity::find_by_id(latest.clone()).one(engine.store.db()).await?;
     let status = match latest {
-        Some(run) if run.status == ERROR => ThreadStatus::Error,
+        Some(run) if run.status == ERROR || run.status == TIMEOUT => ThreadStatus::Error,
         Some(run)
             if run.stop_reason.as_deref() == Some("clarification")
                 || (run.status == INTERRUPTED && run.stop_reason.as_deref() == Some("breakpoint")) =>

@@ -17,6 +17,7 @@ use crate::engine::{Engine, LocalRun, StopCause};
 use crate::lifecycle::finalize::{self, Outcome, Outputs};
 use crate::lifecycle::{lease, start};
 use crate::store::entity::{checkpoints, run_inputs, runs};
+use crate::store::now_ms;
 
 /// Starts the dispatcher and the sweeper; both stop at shutdown. The first sweep runs before this
 /// returns, so runs orphaned by a crash are claimed at start-up.
@@ -116,6 +117,23 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
 
     let mut request = CreateRunRequest::decode(run.request.as_slice()).unwrap_or_default();
     let declared = request.expected_outputs.clone();
+    // The wall-clock limit counts from the first RUNNING, so a resumed attempt inherits what is left.
+    let limit = request
+        .config
+        .as_ref()
+        .and_then(|c| c.max_duration)
+        .and_then(|d| std::time::Duration::try_from(d).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(Duration::from_secs(engine.config.max_run_duration_secs));
+    let elapsed = Duration::from_millis(run.started_at.map(|s| (now_ms() - s).max(0) as u64).unwrap_or(0));
+    let timer = tokio::spawn({
+        let local = local.clone();
+        let left = limit.saturating_sub(elapsed);
+        async move {
+            tokio::time::sleep(left).await;
+            local.stop(StopCause::Timeout);
+        }
+    });
     let outcome = match (resume_point(engine, &run, resumed).await, load_input(engine, &run.run_id, &mut request).await) {
         (Err(error), _) | (_, Err(error)) => {
             Outcome::Failed(RunError { code: "resume_failed".to_owned(), message: error.to_string(), retryable: true, details: None })
@@ -155,9 +173,15 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
         Outcome::Completed { stop_reason, outputs } => verify_outputs(engine, &run, &declared, stop_reason, outputs).await,
         other => other,
     };
+    timer.abort();
     let outcome = match local.cause() {
         Some(StopCause::Cancel) => match outcome {
             Outcome::Failed(_) | Outcome::Cancelled { .. } => Outcome::Cancelled { outputs: Outputs::default() },
+            completed => completed,
+        },
+        // An agent that finished anyway keeps its outcome; one stopped by the limit times out.
+        Some(StopCause::Timeout) => match outcome {
+            Outcome::Failed(_) | Outcome::Cancelled { .. } => Outcome::TimedOut { limit, outputs: Outputs::default() },
             completed => completed,
         },
         _ => outcome,

@@ -127,6 +127,15 @@ pub fn sanitise(engine: &Engine, req: &mut CreateRunRequest) -> Result<(), RunsE
         config.recursion_limit = cfg.recursion_limit_default;
     }
     config.recursion_limit = config.recursion_limit.min(cfg.recursion_limit_max);
+    let limit = cfg.max_run_duration_secs as i64;
+    config.max_duration = match config.max_duration {
+        Some(d) if d.seconds < 0 || d.nanos < 0 => {
+            return Err(RunsError::invalid("config.max_duration", "must not be negative"));
+        }
+        // Absent or zero: the server default; longer than the setting: clamped to it.
+        Some(d) if (d.seconds, d.nanos) != (0, 0) && d.seconds < limit => Some(d),
+        _ => Some(prost_types::Duration { seconds: limit, nanos: 0 }),
+    };
     if let Some(context) = config.context.as_mut() {
         context.fields.retain(|key, _| !is_internal_key(key));
     }

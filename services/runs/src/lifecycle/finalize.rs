@@ -11,7 +11,7 @@ use prost::Message;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 
-use super::{ERROR, FINALIZING, INTERRUPTED, RUNNING, SUCCESS, promote_next_queued, restore_head, status_from_str};
+use super::{ERROR, FINALIZING, INTERRUPTED, RUNNING, SUCCESS, TIMEOUT, promote_next_queued, restore_head, status_from_str};
 use crate::engine::Engine;
 use crate::error::RunsError;
 use crate::store::entity::runs;
@@ -54,6 +54,11 @@ pub enum Outcome {
     Cancelled {
         outputs: Outputs,
     },
+    /// Stopped because `config.max_duration` passed.
+    TimedOut {
+        limit: std::time::Duration,
+        outputs: Outputs,
+    },
 }
 
 /// The receipt: every declared output must exist and every produced output must have been presented.
@@ -89,6 +94,18 @@ pub async fn finalize(
             (ERROR, stop_reason, Some(error), Outputs::default(), false)
         }
         Outcome::Cancelled { outputs } => (INTERRUPTED, "cancelled".to_owned(), None, outputs, true),
+        Outcome::TimedOut { limit, outputs } => {
+            let error = RunError {
+                code: "deadline_exceeded".to_owned(),
+                message: format!(
+                    "the run was still running after its max_duration of {:.0} s and was stopped\nhint: raise config.max_duration (up to runs.max_run_duration_secs) or split the task",
+                    limit.as_secs_f64()
+                ),
+                retryable: false,
+                details: None,
+            };
+            (TIMEOUT, "deadline_exceeded".to_owned(), Some(error), outputs, false)
+        }
     };
     let receipt = receipt(declared, &outputs);
     if status == SUCCESS && !receipt.satisfied {
