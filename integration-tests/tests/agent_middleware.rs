@@ -118,6 +118,117 @@ async fn ask_clarification_interrupts_and_the_next_run_carries_the_answer() -> a
     Ok(())
 }
 
+/// A clarification with options and a form: the event carries the fields; `resume` answers are
+/// checked against them (unknown option, missing required field, wrong type, wrong interrupt id,
+/// nothing pending) and a valid one reaches the model as a readable answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clarification_form_is_answered_with_resume_and_bad_answers_are_refused() -> anyhow::Result<()> {
+    use antler_proto::runs::{FormFieldKind, ResumeInput};
+    use prost_types::value::Kind as V;
+    let form = json!({
+        "question": "How should the report look?",
+        "clarification_type": "missing_info",
+        "options": ["markdown", "pdf"],
+        "fields": [
+            {"name": "budget", "label": "Budget (EUR)", "kind": "number", "required": true},
+            {"name": "due", "label": "Due date", "kind": "date"},
+            {"name": "sections", "label": "Sections", "kind": "multi_select", "options": ["summary", "figures", "appendix"]},
+            {"name": "bad name!", "label": "dropped", "kind": "text"}
+        ]
+    });
+    let double =
+        LlmDouble::start(vec![Turn::tools("", vec![call("q1", "ask_clarification", form)]), Turn::text("Noted.")], AfterLast::Refuse)
+            .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let server = start_agent_up(&db, &double.models_yaml(), "", None)?;
+    let (mut runs, _) = clients(&server).await?;
+    let first = runs.create_run(authed(prompt_request("", "Write a report"), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let first = wait_run(&mut runs, ALICE, &first.run_id, T, is_terminal).await?;
+    assert_eq!(first.stop_reason, "clarification", "{:?}\n{}", first.error, server.stderr());
+    let events = run_events(&mut runs, ALICE, &first.run_id).await?;
+    let asked = events
+        .iter()
+        .find_map(|e| match &e.kind {
+            Some(Kind::Clarification(c)) => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let fields: Vec<(&str, FormFieldKind, bool)> = asked.fields.iter().map(|f| (f.name.as_str(), f.kind(), f.required)).collect();
+    assert_eq!(
+        fields,
+        vec![("budget", FormFieldKind::Number, true), ("due", FormFieldKind::Date, false), ("sections", FormFieldKind::MultiSelect, false)],
+        "an invalid field name is dropped"
+    );
+    assert_eq!(asked.fields[2].options.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(), vec!["1", "2", "3"]);
+
+    let value = |kind: V| prost_types::Value { kind: Some(kind) };
+    let answer = |resume: ResumeInput| antler_proto::runs::CreateRunRequest {
+        thread_id: first.thread_id.clone(),
+        resume: Some(resume),
+        ..Default::default()
+    };
+    let values =
+        |pairs: Vec<(&str, V)>| Some(prost_types::Struct { fields: pairs.into_iter().map(|(k, v)| (k.to_owned(), value(v))).collect() });
+    let refused = [
+        (
+            ResumeInput {
+                selected_option_ids: vec!["7".into()],
+                values: values(vec![("budget", V::NumberValue(5.0))]),
+                ..Default::default()
+            },
+            "resume.selected_option_ids",
+        ),
+        (ResumeInput { text: "whatever".into(), ..Default::default() }, "resume.values.budget"),
+        (ResumeInput { values: values(vec![("budget", V::StringValue("a lot".into()))]), ..Default::default() }, "resume.values.budget"),
+    ];
+    for (resume, field) in refused {
+        let status =
+            runs.create_run(authed(answer(resume), ALICE)).await.err().ok_or_else(|| anyhow::anyhow!("a bad answer was admitted"))?;
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().starts_with(field), "{field}: {}", status.message());
+    }
+    let wrong_id = ResumeInput { interrupt_id: "q9".into(), values: values(vec![("budget", V::NumberValue(5.0))]), ..Default::default() };
+    let status =
+        runs.create_run(authed(answer(wrong_id), ALICE)).await.err().ok_or_else(|| anyhow::anyhow!("a wrong interrupt id was admitted"))?;
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{}", status.message());
+
+    let good = ResumeInput {
+        interrupt_id: "q1".into(),
+        selected_option_ids: vec!["2".into()],
+        values: values(vec![
+            ("budget", V::NumberValue(500.0)),
+            (
+                "sections",
+                V::ListValue(prost_types::ListValue { values: vec![value(V::StringValue("1".into())), value(V::StringValue("3".into()))] }),
+            ),
+        ]),
+        text: "Keep it short.".into(),
+        ..Default::default()
+    };
+    let mut request = answer(good);
+    request.idempotency_key = "answer-1".into();
+    let second = runs.create_run(authed(request.clone(), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let second = wait_run(&mut runs, ALICE, &second.run_id, T, is_terminal).await?;
+    assert_eq!(second.status(), RunStatus::Success, "{:?}", second.error);
+    let seen = double.requests()[1]["messages"].to_string();
+    assert!(seen.contains("Answer to your clarification question"), "{seen}");
+    for part in ["chosen: pdf", "Budget (EUR): 500", "Sections: summary, appendix", "Keep it short."] {
+        assert!(seen.contains(part), "{part:?} missing from {seen}");
+    }
+    // A retry with the same key is the same run, although nothing is pending any more.
+    let again = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
+    assert!(again.reused && again.run_id == second.run_id, "{again:?}");
+    // A new answer on a thread with nothing pending is refused.
+    let late = ResumeInput { text: "one more thing".into(), ..Default::default() };
+    let status = runs
+        .create_run(authed(answer(late), ALICE))
+        .await
+        .err()
+        .ok_or_else(|| anyhow::anyhow!("an answer without a question was admitted"))?;
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{}", status.message());
+    Ok(())
+}
+
 /// A tool on the guardrail's denylist never runs; the model reads the denial as an error result and
 /// the run goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

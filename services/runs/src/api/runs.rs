@@ -36,6 +36,7 @@ pub struct RunApi {
 impl RunApi {
     async fn admit(&self, ctx: &CallContext, mut req: CreateRunRequest) -> Result<(runs::Model, bool), Status> {
         admission::sanitise(&self.engine, &mut req)?;
+        crate::lifecycle::resume::apply(&self.engine, &ctx.identity.user_id, &mut req).await?;
         let model = req.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
         admission::check_model(&self.engine, ctx, &model).await?;
         let (admitted, effects) = admission::create_or_reject(&self.engine, &ctx.identity.user_id, &req).await?;

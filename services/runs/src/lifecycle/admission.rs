@@ -154,9 +154,13 @@ fn is_internal_key(key: &str) -> bool {
 }
 
 /// What makes two requests "the same" for an idempotency key: everything but request-scoped
-/// delivery settings (secrets, stream selection, disconnect handling).
+/// delivery settings (secrets, stream selection, disconnect handling). A `resume` answer counts as
+/// itself, not as the input admission writes from it (which depends on the pending clarification).
 pub fn fingerprint(req: &CreateRunRequest) -> String {
     let mut canonical = req.clone();
+    if canonical.resume.is_some() {
+        canonical.input.clear();
+    }
     canonical.secrets.clear();
     canonical.stream_kinds.clear();
     canonical.on_disconnect = 0;

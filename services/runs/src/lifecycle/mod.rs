@@ -12,6 +12,7 @@ pub mod admission;
 pub mod cancel;
 pub mod finalize;
 pub mod lease;
+pub mod resume;
 pub mod start;
 
 use antler_proto::runs::run_event::Kind;

@@ -5,8 +5,9 @@
 
 use antler_proto::common::ToolCall;
 use antler_proto::runs::run_event::Kind;
-use antler_proto::runs::{ClarificationEvent, ClarificationOption};
+use antler_proto::runs::{ClarificationEvent, ClarificationOption, FormField, FormFieldKind};
 use futures::future::BoxFuture;
+use serde_json::Value;
 
 use crate::agent::lead::env::RunEnv;
 use crate::agent::lead::pipeline::{Middleware, ToolNext, ToolResult};
@@ -73,6 +74,8 @@ impl Middleware for Clarification {
                 }
                 seen
             };
+            let fields = form_fields(args);
+            let multi_select = args.boolean("multi_select") && options.len() > 1;
             let event = ClarificationEvent {
                 interrupt_id: call.id.clone(),
                 question: question.clone(),
@@ -83,9 +86,9 @@ impl Middleware for Clarification {
                     .enumerate()
                     .map(|(i, o)| ClarificationOption { id: (i + 1).to_string(), label: o.clone(), description: String::new() })
                     .collect(),
-                multi_select: false,
+                multi_select,
                 allow_free_text: true,
-                fields: Vec::new(),
+                fields,
                 tool_call_id: call.id.clone(),
             };
             env.ctx.emit(Kind::Clarification(event)).await.map_err(|_| ToolError::Stopping)?;
@@ -93,4 +96,67 @@ impl Middleware for Clarification {
             Ok(ToolOutput::ok(render(&question, &kind, &context, &options)))
         })
     }
+}
+
+/// Most form fields and options per field, as the proto documents.
+const MAX_FIELDS: usize = 16;
+const MAX_FIELD_OPTIONS: usize = 24;
+
+/// The form the model asked for: fields with a valid, unique name (`^[A-Za-z0-9_]{1,64}$`) and a known
+/// kind, at most 16; choice fields without choices are dropped. The model's mistakes shrink the form
+/// rather than fail the run — the question itself still reaches the user.
+fn form_fields(args: &Args) -> Vec<FormField> {
+    let Some(Value::Array(items)) = args.0.get("fields") else { return Vec::new() };
+    let mut fields: Vec<FormField> = Vec::new();
+    for item in items {
+        let text = |key: &str| item.get(key).and_then(Value::as_str).map(str::trim).unwrap_or_default().to_owned();
+        let name = text("name");
+        if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            continue;
+        }
+        if fields.iter().any(|f| f.name == name) {
+            continue;
+        }
+        let kind = match text("kind").as_str() {
+            "text" | "" => FormFieldKind::Text,
+            "textarea" => FormFieldKind::Textarea,
+            "number" => FormFieldKind::Number,
+            "select" => FormFieldKind::Select,
+            "multi_select" => FormFieldKind::MultiSelect,
+            "checkbox" => FormFieldKind::Checkbox,
+            "date" => FormFieldKind::Date,
+            _ => continue,
+        };
+        let options: Vec<ClarificationOption> = item
+            .get("options")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::trim)
+                    .filter(|o| !o.is_empty())
+                    .take(MAX_FIELD_OPTIONS)
+                    .enumerate()
+                    .map(|(i, label)| ClarificationOption { id: (i + 1).to_string(), label: label.to_owned(), description: String::new() })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if matches!(kind, FormFieldKind::Select | FormFieldKind::MultiSelect) && options.is_empty() {
+            continue;
+        }
+        let label = text("label");
+        fields.push(FormField {
+            label: if label.is_empty() { name.clone() } else { label },
+            name,
+            kind: kind as i32,
+            required: item.get("required").and_then(Value::as_bool).unwrap_or(false),
+            options: if matches!(kind, FormFieldKind::Select | FormFieldKind::MultiSelect) { options } else { Vec::new() },
+            placeholder: text("placeholder"),
+            default_value: None,
+        });
+        if fields.len() == MAX_FIELDS {
+            break;
+        }
+    }
+    fields
 }

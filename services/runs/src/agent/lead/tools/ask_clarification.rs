@@ -28,7 +28,24 @@ impl Tool for AskClarification {
                 "question": {"type": "string", "description": "The clarification question to ask the user. Be specific and clear."},
                 "clarification_type": {"type": "string", "enum": ["missing_info", "ambiguous_requirement", "approach_choice", "risk_confirmation", "suggestion"], "description": "The type of clarification needed."},
                 "context": {"type": "string", "description": "Optional context explaining why clarification is needed."},
-                "options": {"type": "array", "items": {"type": "string"}, "description": "Optional list of choices (for approach_choice or suggestion types)."}
+                "options": {"type": "array", "items": {"type": "string"}, "description": "Optional list of choices (for approach_choice or suggestion types)."},
+                "multi_select": {"type": "boolean", "description": "Whether the user may pick several of the options.", "default": false},
+                "fields": {
+                    "type": "array",
+                    "description": "Optional form: the inputs to ask for when several values are needed at once (at most 16).",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "description": "Key of the answer, letters, digits and _ only."},
+                            "label": {"type": "string", "description": "Text shown next to the input."},
+                            "kind": {"type": "string", "enum": ["text", "textarea", "number", "select", "multi_select", "checkbox", "date"]},
+                            "required": {"type": "boolean", "default": false},
+                            "options": {"type": "array", "items": {"type": "string"}, "description": "Choices for select and multi_select."},
+                            "placeholder": {"type": "string"}
+                        },
+                        "required": ["name", "label", "kind"]
+                    }
+                }
             },
             "required": ["question", "clarification_type"]
         })
