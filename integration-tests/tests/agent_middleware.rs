@@ -203,7 +203,6 @@ async fn a_clarification_form_is_answered_with_resume_and_bad_answers_are_refuse
             ),
         ]),
         text: "Keep it short.".into(),
-        ..Default::default()
     };
     let mut request = answer(good);
     request.idempotency_key = "answer-1".into();
