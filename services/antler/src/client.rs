@@ -107,8 +107,13 @@ impl Printer {
             }
             Kind::Clarification(c) => {
                 writeln!(out, "[{seq:>3}] the agent asks: {}", c.question)?;
-                for option in c.options {
-                    writeln!(out, "        - {}", option.label)?;
+                for option in &c.options {
+                    writeln!(out, "        {}. {}", option.id, option.label)?;
+                }
+                for field in &c.fields {
+                    let kind = field.kind().as_str_name().trim_start_matches("FORM_FIELD_KIND_").to_ascii_lowercase();
+                    let required = if field.required { ", required" } else { "" };
+                    writeln!(out, "        [{}] {} ({kind}{required})", field.name, field.label)?;
                 }
                 writeln!(out, "        (answer with: antler run \"…\" --thread <this thread>)")?;
             }
