@@ -87,7 +87,8 @@ pub async fn append_many(
 }
 
 /// [`append_many`], also setting `columns` of the run's row in the same UPDATE (one statement fewer
-/// than a separate one). With no events, the row is still checked and updated.
+/// than a separate one). With no events the row is still checked (and its `updated_at` touched), so
+/// an otherwise empty call is an ownership check.
 pub async fn append_setting(
     db: &impl ConnectionTrait,
     run_id: &str,
@@ -96,9 +97,6 @@ pub async fn append_setting(
     kinds: Vec<Kind>,
     columns: Vec<(runs::Column, sea_orm::Value)>,
 ) -> Result<Option<Vec<RunEvent>>, RunsError> {
-    if kinds.is_empty() && columns.is_empty() {
-        return Ok(Some(Vec::new()));
-    }
     let now = now_ms();
     let count = kinds.len() as i64;
     let mut update = sea_orm::sea_query::Query::update();

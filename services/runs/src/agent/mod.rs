@@ -83,6 +83,8 @@ pub(crate) struct Staged {
     /// The run's usage totals as last written by this attempt (only the owner writes them while the
     /// run is RUNNING), so adding a call's usage needs no read.
     usage_total: Option<RunUsage>,
+    /// A new title for the thread.
+    title: Option<String>,
 }
 
 impl std::fmt::Debug for AgentContext {
@@ -175,10 +177,21 @@ impl AgentContext {
         self.check()?;
         let (staged, known_head, known_usage) = {
             let mut guard = self.staged.lock().unwrap_or_else(|p| p.into_inner());
-            let staged = Staged { events: std::mem::take(&mut guard.events), usage: std::mem::take(&mut guard.usage), ..Staged::default() };
+            let staged = Staged {
+                events: std::mem::take(&mut guard.events),
+                usage: std::mem::take(&mut guard.usage),
+                title: guard.title.take(),
+                ..Staged::default()
+            };
             (staged, guard.head.clone(), guard.usage_total.clone())
         };
-        if staged.events.is_empty() && staged.usage.is_empty() && kinds.is_empty() && checkpoint.is_none() && after.is_empty() {
+        if staged.events.is_empty()
+            && staged.usage.is_empty()
+            && staged.title.is_none()
+            && kinds.is_empty()
+            && checkpoint.is_none()
+            && after.is_empty()
+        {
             return Ok(());
         }
         let mut events = staged.events;
@@ -189,6 +202,7 @@ impl AgentContext {
         if events.len() == 1
             && checkpoint.is_none()
             && staged.usage.is_empty()
+            && staged.title.is_none()
             && after.is_empty()
             && engine.store.backend() == DbBackend::Postgres
         {
@@ -274,9 +288,17 @@ impl AgentContext {
                     }))
                     .exec_without_returning(&*tx)
                     .await?;
-                    threads::Entity::update_many()
-                        .col_expr(threads::Column::HeadCheckpointId, Expr::value(c.checkpoint_id.as_str()))
-                        .col_expr(threads::Column::UpdatedAt, Expr::value(now))
+                }
+                // The thread's head and title: one statement.
+                if checkpoint.is_some() || staged.title.is_some() {
+                    let mut update = threads::Entity::update_many().col_expr(threads::Column::UpdatedAt, Expr::value(now));
+                    if let Some(c) = &checkpoint {
+                        update = update.col_expr(threads::Column::HeadCheckpointId, Expr::value(c.checkpoint_id.as_str()));
+                    }
+                    if let Some(title) = &staged.title {
+                        update = update.col_expr(threads::Column::Title, Expr::value(title.as_str()));
+                    }
+                    update
                         .filter(threads::Column::UserId.eq(spec.user_id.as_str()))
                         .filter(threads::Column::ThreadId.eq(spec.thread_id.as_str()))
                         .exec(&*tx)

@@ -85,6 +85,9 @@ impl WriteTx {
 #[derive(Clone)]
 pub struct Store {
     db: DatabaseConnection,
+    /// SQLite: one connection for every write, so its page cache and prepared statements stay warm
+    /// (a write on another pooled connection re-reads the pages the previous writer changed).
+    writer: Option<DatabaseConnection>,
     write_slot: Option<Arc<Mutex<()>>>,
     /// Stops the SQLite WAL checkpointer when the last clone of the store goes.
     _checkpointer: Option<Arc<tokio_util::sync::DropGuard>>,
@@ -137,15 +140,21 @@ impl Store {
                 // background task checkpoints instead (see `checkpoint_wal`).
                 .pragma("wal_autocheckpoint", "0")
         });
+        let writer_options = {
+            let mut writer = options.clone();
+            writer.max_connections(1).min_connections(1);
+            writer
+        };
         let db = Database::connect(options).await?;
         let sqlite = db.get_database_backend() == DbBackend::Sqlite;
+        let writer = if sqlite { Some(Database::connect(writer_options).await?) } else { None };
         let write_slot = sqlite.then(|| Arc::new(Mutex::new(())));
         let checkpointer = sqlite.then(|| {
             let stop = tokio_util::sync::CancellationToken::new();
             tokio::spawn(checkpoint_wal(db.clone(), stop.clone()));
             Arc::new(stop.drop_guard())
         });
-        let store = Self { db, write_slot, _checkpointer: checkpointer };
+        let store = Self { db, writer, write_slot, _checkpointer: checkpointer };
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
         let mut attempt = 0;
         loop {
@@ -178,7 +187,7 @@ impl Store {
             Some(slot) => Some(slot.clone().lock_owned().await),
             None => None,
         };
-        Ok(WriteTx { txn: self.db.begin().await?, _slot: slot })
+        Ok(WriteTx { txn: self.writer.as_ref().unwrap_or(&self.db).begin().await?, _slot: slot })
     }
 
     /// Runs `op` again (up to 5 times, 50 ms doubling to 1 s) when SQLite reports a lock held by

@@ -114,7 +114,7 @@ impl Middleware for Title {
             let user = text_of(users[0]);
             let generated = if self.config.model_name.is_empty() { None } else { self.generate(env, &user, &text_of(assistant)).await? };
             let title = generated.unwrap_or_else(|| fallback_title(&user, self.config.max_chars as usize));
-            env.ctx.set_thread_title(&title).await?;
+            env.ctx.stage_thread_title(&title);
             state.title = title;
             Ok(())
         })
