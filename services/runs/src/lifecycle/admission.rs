@@ -237,7 +237,8 @@ fn active_run_conflict(thread_id: &str, run_id: Option<&str>) -> RunsError {
     ))
 }
 
-async fn find_by_key(engine: &Engine, user_id: &str, key: &str) -> Result<Option<runs::Model>, RunsError> {
+/// The run `user_id` admitted under idempotency `key`, if any (none for an empty key).
+pub(crate) async fn find_by_key(engine: &Engine, user_id: &str, key: &str) -> Result<Option<runs::Model>, RunsError> {
     if key.is_empty() {
         return Ok(None);
     }

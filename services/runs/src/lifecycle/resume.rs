@@ -27,7 +27,7 @@ pub async fn apply(engine: &Engine, user_id: &str, req: &mut CreateRunRequest) -
     let pending = pending(engine, user_id, &req.thread_id).await?;
     // A retry of an answer already admitted: the idempotency key finds that run (the fingerprint
     // ignores the input written from the answer), although the clarification is no longer pending.
-    if pending.is_none() && !req.idempotency_key.is_empty() && admitted_with_key(engine, user_id, &req.idempotency_key).await? {
+    if pending.is_none() && super::admission::find_by_key(engine, user_id, &req.idempotency_key).await?.is_some() {
         return Ok(());
     }
     let pending = pending.ok_or_else(|| {
@@ -38,7 +38,7 @@ pub async fn apply(engine: &Engine, user_id: &str, req: &mut CreateRunRequest) -
     })?;
     if !resume.interrupt_id.is_empty() && resume.interrupt_id != pending.interrupt_id {
         return Err(RunsError::FailedPrecondition(format!(
-            "clarification {} is not pending on thread {} (the pending one is {})",
+            "clarification {} is not pending on thread {} (the pending one is {})\nhint: leave resume.interrupt_id empty to answer the pending one",
             resume.interrupt_id, req.thread_id, pending.interrupt_id
         )));
     }
@@ -50,16 +50,6 @@ pub async fn apply(engine: &Engine, user_id: &str, req: &mut CreateRunRequest) -
         ..Message::default()
     }];
     Ok(())
-}
-
-async fn admitted_with_key(engine: &Engine, user_id: &str, key: &str) -> Result<bool, RunsError> {
-    use sea_orm::{ColumnTrait, PaginatorTrait, QueryFilter};
-    let count = runs::Entity::find()
-        .filter(runs::Column::UserId.eq(user_id))
-        .filter(runs::Column::IdempotencyKey.eq(key))
-        .count(engine.store.db())
-        .await?;
-    Ok(count > 0)
 }
 
 /// The clarification the thread waits on: the last one of its latest run, when that run stopped to ask.
