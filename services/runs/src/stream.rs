@@ -112,8 +112,8 @@ pub async fn append_setting(
     if let Writer::Owner(worker) = writer {
         update.and_where(runs::Column::OwnerWorkerId.eq(worker)).and_where(runs::Column::Status.is_in(["running", "finalizing"]));
     }
-    let Some(row) = db.query_one(&update).await? else { return Ok(None) };
-    let last: i64 = row.try_get("", "last_seq")?;
+    let Some(returned) = db.query_one(&update).await? else { return Ok(None) };
+    let last: i64 = returned.try_get("", "last_seq")?;
     if kinds.is_empty() {
         return Ok(Some(Vec::new()));
     }
@@ -132,14 +132,7 @@ pub async fn append_setting(
         .collect();
     // Bounded statements: SQLite caps the number of bound parameters (5 per row here).
     for chunk in events.chunks(INSERT_ROWS) {
-        let rows = chunk.iter().map(|event| run_events::ActiveModel {
-            run_id: Set(run_id.to_owned()),
-            seq: Set(event.seq as i64),
-            kind: Set(event.kind.as_ref().map(kind_of).unwrap_or(EventKind::Unspecified) as i32),
-            payload: Set(event.encode_to_vec()),
-            created_at: Set(now),
-        });
-        run_events::Entity::insert_many(rows).exec_without_returning(db).await?;
+        run_events::Entity::insert_many(chunk.iter().map(|event| row(event, now))).exec_without_returning(db).await?;
     }
     Ok(Some(events))
 }
@@ -164,16 +157,15 @@ pub async fn append_one_postgres(
         task_id: String::new(),
         kind: Some(kind),
     };
-    let kind_number = event.kind.as_ref().map(kind_of).unwrap_or(EventKind::Unspecified) as i32;
     let statement = sea_orm::Statement::from_sql_and_values(
         sea_orm::DbBackend::Postgres,
         "WITH s AS (UPDATE runs SET last_seq = last_seq + 1, updated_at = $5 \
          WHERE run_id = $1 AND owner_worker_id = $2 AND status IN ('running', 'finalizing') RETURNING last_seq) \
          INSERT INTO run_events (run_id, seq, kind, payload, created_at) SELECT $1, s.last_seq, $3, $4, $5 FROM s RETURNING seq",
-        [run_id.into(), worker.into(), kind_number.into(), event.encode_to_vec().into(), now.into()],
+        [run_id.into(), worker.into(), kind_number(&event).into(), event.encode_to_vec().into(), now.into()],
     );
-    let Some(row) = db.query_one_raw(statement).await? else { return Ok(None) };
-    let seq: i64 = row.try_get("", "seq")?;
+    let Some(returned) = db.query_one_raw(statement).await? else { return Ok(None) };
+    let seq: i64 = returned.try_get("", "seq")?;
     event.seq = seq as u64;
     Ok(Some(event))
 }
@@ -188,17 +180,23 @@ pub async fn insert_first(db: &impl ConnectionTrait, run_id: &str, thread_id: &s
         task_id: String::new(),
         kind: Some(kind),
     };
-    let kind_number = event.kind.as_ref().map(kind_of).unwrap_or(EventKind::Unspecified) as i32;
-    run_events::Entity::insert(run_events::ActiveModel {
-        run_id: Set(run_id.to_owned()),
-        seq: Set(1),
-        kind: Set(kind_number),
+    run_events::Entity::insert(row(&event, now)).exec_without_returning(db).await?;
+    Ok(event)
+}
+
+/// The stored row of `event`.
+fn row(event: &RunEvent, now: i64) -> run_events::ActiveModel {
+    run_events::ActiveModel {
+        run_id: Set(event.run_id.clone()),
+        seq: Set(event.seq as i64),
+        kind: Set(kind_number(event)),
         payload: Set(event.encode_to_vec()),
         created_at: Set(now),
-    })
-    .exec_without_returning(db)
-    .await?;
-    Ok(event)
+    }
+}
+
+fn kind_number(event: &RunEvent) -> i32 {
+    event.kind.as_ref().map(kind_of).unwrap_or(EventKind::Unspecified) as i32
 }
 
 /// Reads stored events after `after_seq`, oldest first.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use antler_proto::common::{Message, Usage};
 use antler_proto::runs::run_event::Kind;
-use antler_proto::runs::{Checkpoint, CreateRunRequest, RunUsage, ValuesEvent};
+use antler_proto::runs::{Checkpoint, CreateRunRequest, RunEvent, RunUsage, ValuesEvent};
 use futures::future::BoxFuture;
 use prost::Message as _;
 use sea_orm::sea_query::Expr;
@@ -171,73 +171,91 @@ impl AgentContext {
         Ok(checkpoint_id)
     }
 
-    /// One transaction: ownership check and seq allocation, staged usage, the checkpoint and the
-    /// thread's head, then the staged events, `kinds`, the checkpoint's VALUES event and `after`.
+    /// Writes what is staged, then `kinds`, the checkpoint (with its VALUES event) and `after`: a lone
+    /// event on PostgreSQL in one statement, anything else in one transaction. Fences on failure.
     async fn write(&self, kinds: Vec<Kind>, checkpoint: Option<NewCheckpoint>, after: Vec<Kind>) -> Result<(), Fenced> {
         self.check()?;
-        let (staged, known_head, known_usage) = {
+        let (mut events, usage, title, known_head, known_usage) = {
             let mut guard = self.staged.lock().unwrap_or_else(|p| p.into_inner());
-            let staged = Staged {
-                events: std::mem::take(&mut guard.events),
-                usage: std::mem::take(&mut guard.usage),
-                title: guard.title.take(),
-                ..Staged::default()
-            };
-            (staged, guard.head.clone(), guard.usage_total.clone())
+            let taken = (std::mem::take(&mut guard.events), std::mem::take(&mut guard.usage), guard.title.take());
+            (taken.0, taken.1, taken.2, guard.head.clone(), guard.usage_total.clone())
         };
-        if staged.events.is_empty()
-            && staged.usage.is_empty()
-            && staged.title.is_none()
-            && kinds.is_empty()
-            && checkpoint.is_none()
-            && after.is_empty()
-        {
+        events.extend(kinds);
+        if let Some(c) = &checkpoint {
+            let message_ids = c.messages.iter().map(|m| m.id.clone()).collect();
+            events.push(Kind::Values(ValuesEvent {
+                values: Some(c.values.clone()),
+                message_ids,
+                checkpoint_id: c.checkpoint_id.clone(),
+                step: c.step,
+            }));
+        }
+        events.extend(after);
+        // A checkpoint always brings its VALUES event, so no events means no checkpoint either.
+        if events.is_empty() && usage.is_empty() && title.is_none() {
             return Ok(());
         }
-        let mut events = staged.events;
-        events.extend(kinds);
+        let batch = Batch { events, usage, title, checkpoint };
         let engine = &self.engine;
         let spec = &self.spec;
         // The streaming hot path on PostgreSQL: one event, nothing else, one statement.
-        if events.len() == 1
-            && checkpoint.is_none()
-            && staged.usage.is_empty()
-            && staged.title.is_none()
-            && after.is_empty()
-            && engine.store.backend() == DbBackend::Postgres
-        {
-            let Some(kind) = events.pop() else { return Ok(()) };
-            return match append_one_postgres(engine.store.db(), &spec.run_id, &spec.thread_id, &engine.worker_id, kind).await {
-                Ok(Some(event)) => {
-                    engine.hub.publish(&[event]);
-                    Ok(())
+        let lone_event = batch.events.len() == 1
+            && batch.checkpoint.is_none()
+            && batch.usage.is_empty()
+            && batch.title.is_none()
+            && engine.store.backend() == DbBackend::Postgres;
+        let result = match batch.events.first() {
+            Some(kind) if lone_event => {
+                append_one_postgres(engine.store.db(), &spec.run_id, &spec.thread_id, &engine.worker_id, kind.clone())
+                    .await
+                    .map(|written| written.map(|event| (vec![event], None)))
+            }
+            _ => self.transaction(&batch, known_head, known_usage).await,
+        };
+        match result {
+            Ok(Some((written, new_usage))) => {
+                {
+                    let mut guard = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(c) = &batch.checkpoint {
+                        guard.head = Some(c.checkpoint_id.clone());
+                    }
+                    if new_usage.is_some() {
+                        guard.usage_total = new_usage;
+                    }
                 }
-                Ok(None) => Err(self.fence()),
-                Err(error) => {
-                    tracing::warn!(run_id = %spec.run_id, %error, "event not written");
-                    Err(self.fence())
+                engine.hub.publish(&written);
+                for (caller, _, usage) in &batch.usage {
+                    metrics::counter!("antler_tokens_total", "caller" => caller_bucket(caller)).increment(usage.total_tokens);
                 }
-            };
+                Ok(())
+            }
+            Ok(None) => Err(self.fence()),
+            Err(error) => {
+                tracing::warn!(run_id = %spec.run_id, %error, "run state not written");
+                Err(self.fence())
+            }
         }
-        let result = engine
+    }
+
+    /// The general write: one transaction with the ownership check and seq allocation (and usage),
+    /// the checkpoint, the thread's head and title, then the events. None when fenced.
+    async fn transaction(
+        &self,
+        batch: &Batch,
+        known_head: Option<String>,
+        known_usage: Option<RunUsage>,
+    ) -> Result<Option<(Vec<RunEvent>, Option<RunUsage>)>, RunsError> {
+        let engine = &self.engine;
+        let spec = &self.spec;
+        let Batch { events, usage, title, checkpoint } = batch;
+        engine
             .store
             .retry_busy(|| async {
                 let tx = engine.store.tx().await?;
                 let now = now_ms();
-                let mut all = events.clone();
-                if let Some(c) = &checkpoint {
-                    let message_ids = c.messages.iter().map(|m| m.id.clone()).collect();
-                    all.push(Kind::Values(ValuesEvent {
-                        values: Some(c.values.clone()),
-                        message_ids,
-                        checkpoint_id: c.checkpoint_id.clone(),
-                        step: c.step,
-                    }));
-                }
-                all.extend(after.iter().cloned());
                 // Usage totals: known from this attempt's last write, read once otherwise.
                 let mut new_usage = None;
-                if !staged.usage.is_empty() {
+                if !usage.is_empty() {
                     let mut total = match &known_usage {
                         Some(total) => total.clone(),
                         None => {
@@ -245,7 +263,7 @@ impl AgentContext {
                             run.map(|r| RunUsage::decode(r.usage.as_slice())).transpose()?.unwrap_or_default()
                         }
                     };
-                    for (caller, model, usage) in &staged.usage {
+                    for (caller, model, usage) in usage {
                         add_usage(&mut total, caller, model, usage);
                     }
                     new_usage = Some(total);
@@ -254,7 +272,7 @@ impl AgentContext {
                 // One statement: still ours? (It also serialises with a concurrent takeover.) Seqs
                 // allocated, usage written.
                 let Some(written) =
-                    append_setting(&*tx, &spec.run_id, &spec.thread_id, Writer::Owner(&engine.worker_id), all, columns).await?
+                    append_setting(&*tx, &spec.run_id, &spec.thread_id, Writer::Owner(&engine.worker_id), events.clone(), columns).await?
                 else {
                     return Ok(None);
                 };
@@ -290,13 +308,13 @@ impl AgentContext {
                     .await?;
                 }
                 // The thread's head and title: one statement.
-                if checkpoint.is_some() || staged.title.is_some() {
+                if checkpoint.is_some() || title.is_some() {
                     let mut update = threads::Entity::update_many().col_expr(threads::Column::UpdatedAt, Expr::value(now));
                     if let Some(c) = &checkpoint {
                         update = update.col_expr(threads::Column::HeadCheckpointId, Expr::value(c.checkpoint_id.as_str()));
                     }
-                    if let Some(title) = &staged.title {
-                        update = update.col_expr(threads::Column::Title, Expr::value(title.as_str()));
+                    if let Some(title) = title {
+                        update = update.col_expr(threads::Column::Title, Expr::value(title));
                     }
                     update
                         .filter(threads::Column::UserId.eq(spec.user_id.as_str()))
@@ -307,30 +325,7 @@ impl AgentContext {
                 tx.commit().await?;
                 Ok::<_, RunsError>(Some((written, new_usage)))
             })
-            .await;
-        match result {
-            Ok(Some((written, new_usage))) => {
-                {
-                    let mut guard = self.staged.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(c) = &checkpoint {
-                        guard.head = Some(c.checkpoint_id.clone());
-                    }
-                    if new_usage.is_some() {
-                        guard.usage_total = new_usage;
-                    }
-                }
-                engine.hub.publish(&written);
-                for (caller, _, usage) in &staged.usage {
-                    metrics::counter!("antler_tokens_total", "caller" => caller_bucket(caller)).increment(usage.total_tokens);
-                }
-                Ok(())
-            }
-            Ok(None) => Err(self.fence()),
-            Err(error) => {
-                tracing::warn!(run_id = %spec.run_id, %error, "run state not written");
-                Err(self.fence())
-            }
-        }
+            .await
     }
 
     /// Records the usage of one model call now. `caller` is `lead_agent`, `subagent:<name>` or
@@ -339,6 +334,15 @@ impl AgentContext {
         self.stage_usage(caller, model, usage);
         self.flush().await
     }
+}
+
+/// Everything one write commits.
+struct Batch {
+    /// In log order: staged events, the caller's, the checkpoint's VALUES, then what follows it.
+    events: Vec<Kind>,
+    usage: Vec<(String, String, Usage)>,
+    title: Option<String>,
+    checkpoint: Option<NewCheckpoint>,
 }
 
 /// A checkpoint to write.

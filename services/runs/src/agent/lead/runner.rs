@@ -206,9 +206,8 @@ async fn save(env: &RunEnv, state: &mut ThreadState) -> Result<(), LoopError> {
 
 /// Checkpoints the state, then appends `then` in the same transaction.
 async fn save_then(env: &RunEnv, state: &mut ThreadState, then: Vec<Kind>) -> Result<(), LoopError> {
-    state.artifacts = env.presented();
-    state.stop_reason = env.stop_reason().unwrap_or_default();
-    env.ctx.checkpoint_then(state.step, state.values(), state.messages.clone(), then).await?;
+    let (values, _) = settled(env, state);
+    env.ctx.checkpoint_then(state.step, values, state.messages.clone(), then).await?;
     Ok(())
 }
 
