@@ -94,6 +94,12 @@ pub async fn wait_run(
     }
 }
 
+/// Creates `request` as alice and waits until the run is terminal (at most `timeout`).
+pub async fn run_to_end(runs: &mut RunServiceClient<Channel>, request: CreateRunRequest, timeout: Duration) -> Result<Run> {
+    let run = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
+    wait_run(runs, ALICE, &run.run_id, timeout, is_terminal).await
+}
+
 pub fn is_terminal(run: &Run) -> bool {
     matches!(run.status(), RunStatus::Success | RunStatus::Error | RunStatus::Interrupted | RunStatus::Timeout)
 }

@@ -31,6 +31,17 @@ fn last_assistant_text(events: &[RunEvent]) -> String {
         .unwrap_or_default()
 }
 
+/// The run's (first) clarification event.
+fn clarification_of(events: &[RunEvent]) -> antler_proto::runs::ClarificationEvent {
+    events
+        .iter()
+        .find_map(|e| match &e.kind {
+            Some(Kind::Clarification(c)) => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
 /// A model that calls the same tool with the same arguments forever: warned at the 3rd repetition,
 /// stopped at the 5th with the forced-stop note and stop_reason `loop_capped`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,8 +54,7 @@ async fn repeated_identical_tool_calls_are_warned_then_hard_stopped() -> anyhow:
     let db = TestDb::new(Backend::Sqlite).await?;
     let server = start_agent_up(&db, &double.models_yaml(), "", None)?;
     let (mut runs, _) = clients(&server).await?;
-    let run = runs.create_run(authed(prompt_request("", "List the files"), ALICE)).await?.into_inner().run.unwrap_or_default();
-    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    let run = run_to_end(&mut runs, prompt_request("", "List the files"), T).await?;
     assert_eq!(run.status(), RunStatus::Success, "{:?}\n{}", run.error, server.stderr());
     assert_eq!(run.stop_reason, "loop_capped");
 
@@ -84,17 +94,10 @@ async fn ask_clarification_interrupts_and_the_next_run_carries_the_answer() -> a
     let db = TestDb::new(Backend::Sqlite).await?;
     let server = start_agent_up(&db, &double.models_yaml(), "", None)?;
     let (mut runs, _) = clients(&server).await?;
-    let first = runs.create_run(authed(prompt_request("", "Write a report"), ALICE)).await?.into_inner().run.unwrap_or_default();
-    let first = wait_run(&mut runs, ALICE, &first.run_id, T, is_terminal).await?;
+    let first = run_to_end(&mut runs, prompt_request("", "Write a report"), T).await?;
     assert_eq!(first.stop_reason, "clarification", "{:?}\n{}", first.error, server.stderr());
     let events = run_events(&mut runs, ALICE, &first.run_id).await?;
-    let question = events
-        .iter()
-        .find_map(|e| match &e.kind {
-            Some(Kind::Clarification(c)) => Some(c.clone()),
-            _ => None,
-        })
-        .unwrap_or_default();
+    let question = clarification_of(&events);
     assert_eq!(question.question, "Which format?");
     assert_eq!(question.category, "approach_choice");
     assert_eq!(question.options.iter().map(|o| o.label.as_str()).collect::<Vec<_>>(), vec!["markdown", "pdf"]);
@@ -108,8 +111,7 @@ async fn ask_clarification_interrupts_and_the_next_run_carries_the_answer() -> a
         .unwrap_or_default();
     assert_eq!(thread.status(), antler_proto::runs::ThreadStatus::Interrupted, "a thread waiting for an answer is interrupted");
 
-    let second = runs.create_run(authed(prompt_request(&first.thread_id, "markdown"), ALICE)).await?.into_inner().run.unwrap_or_default();
-    let second = wait_run(&mut runs, ALICE, &second.run_id, T, is_terminal).await?;
+    let second = run_to_end(&mut runs, prompt_request(&first.thread_id, "markdown"), T).await?;
     assert_eq!(second.status(), RunStatus::Success, "{:?}", second.error);
     let requests = double.requests();
     assert_eq!(requests.len(), 2, "the clarification ended the first run without another model call");
@@ -142,17 +144,10 @@ async fn a_clarification_form_is_answered_with_resume_and_bad_answers_are_refuse
     let db = TestDb::new(Backend::Sqlite).await?;
     let server = start_agent_up(&db, &double.models_yaml(), "", None)?;
     let (mut runs, _) = clients(&server).await?;
-    let first = runs.create_run(authed(prompt_request("", "Write a report"), ALICE)).await?.into_inner().run.unwrap_or_default();
-    let first = wait_run(&mut runs, ALICE, &first.run_id, T, is_terminal).await?;
+    let first = run_to_end(&mut runs, prompt_request("", "Write a report"), T).await?;
     assert_eq!(first.stop_reason, "clarification", "{:?}\n{}", first.error, server.stderr());
     let events = run_events(&mut runs, ALICE, &first.run_id).await?;
-    let asked = events
-        .iter()
-        .find_map(|e| match &e.kind {
-            Some(Kind::Clarification(c)) => Some(c.clone()),
-            _ => None,
-        })
-        .unwrap_or_default();
+    let asked = clarification_of(&events);
     let fields: Vec<(&str, FormFieldKind, bool)> = asked.fields.iter().map(|f| (f.name.as_str(), f.kind(), f.required)).collect();
     assert_eq!(
         fields,
@@ -206,8 +201,7 @@ async fn a_clarification_form_is_answered_with_resume_and_bad_answers_are_refuse
     };
     let mut request = answer(good);
     request.idempotency_key = "answer-1".into();
-    let second = runs.create_run(authed(request.clone(), ALICE)).await?.into_inner().run.unwrap_or_default();
-    let second = wait_run(&mut runs, ALICE, &second.run_id, T, is_terminal).await?;
+    let second = run_to_end(&mut runs, request.clone(), T).await?;
     assert_eq!(second.status(), RunStatus::Success, "{:?}", second.error);
     let seen = double.requests()[1]["messages"].to_string();
     assert!(seen.contains("Answer to your clarification question"), "{seen}");
@@ -245,8 +239,7 @@ async fn a_guardrail_denial_reaches_the_model_and_the_tool_never_runs() -> anyho
     let extra = "  lead:\n    guardrails:\n      enabled: true\n      denied_tools: [bash]\n";
     let server = start_agent_up(&db, &double.models_yaml(), extra, Some(data.path()))?;
     let (mut runs, _) = clients(&server).await?;
-    let run = runs.create_run(authed(prompt_request("", "Run something"), ALICE)).await?.into_inner().run.unwrap_or_default();
-    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    let run = run_to_end(&mut runs, prompt_request("", "Run something"), T).await?;
     assert_eq!(run.status(), RunStatus::Success, "{:?}\n{}", run.error, server.stderr());
     let ran = data.path().join(format!("sandbox/users/alice/threads/{}/user-data/workspace/ran", run.thread_id));
     assert!(!ran.exists(), "the denied command never ran");
@@ -283,8 +276,7 @@ async fn a_failing_guardrail_provider_denies_when_fail_closed_and_allows_when_fa
         );
         let server = start_agent_up(&db, &double.models_yaml(), &extra, Some(data.path()))?;
         let (mut runs, _) = clients(&server).await?;
-        let run = runs.create_run(authed(prompt_request("", "Run something"), ALICE)).await?.into_inner().run.unwrap_or_default();
-        let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+        let run = run_to_end(&mut runs, prompt_request("", "Run something"), T).await?;
         assert_eq!(run.status(), RunStatus::Success, "a denial is not a failed run: {:?}\n{}", run.error, server.stderr());
         let ran = data.path().join(format!("sandbox/users/alice/threads/{}/user-data/workspace/ran", run.thread_id));
         let told = double.requests()[1]["messages"].to_string();
@@ -321,8 +313,7 @@ async fn plan_mode_reminds_the_model_of_unfinished_todos() -> anyhow::Result<()>
     let (mut runs, _) = clients(&server).await?;
     let mut request = prompt_request("", "Collect and summarise");
     request.config = Some(antler_proto::runs::RunConfig { plan_mode: true, ..Default::default() });
-    let run = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
-    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    let run = run_to_end(&mut runs, request, T).await?;
     assert_eq!(run.status(), RunStatus::Success, "{:?}\n{}", run.error, server.stderr());
     let requests = double.requests();
     assert_eq!(requests.len(), 4);
@@ -393,8 +384,7 @@ async fn uploaded_files_are_announced_to_the_model() -> anyhow::Result<()> {
         });
     }
     let request = antler_proto::runs::CreateRunRequest { thread_id: thread.thread_id.clone(), input: vec![message], ..Default::default() };
-    let run = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
-    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    let run = run_to_end(&mut runs, request, T).await?;
     assert_eq!(run.status(), RunStatus::Success, "{:?}\n{}", run.error, server.stderr());
     let seen = double.requests()[0]["messages"].to_string();
     assert!(seen.contains("<current_uploads>") && seen.contains("Path: /mnt/user-data/uploads/notes.txt"), "{seen}\n{}", server.stderr());

@@ -117,8 +117,7 @@ async fn a_cancel_during_a_long_tool_call_kills_it_and_the_next_run_repairs_the_
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(!workspace.join("late").exists(), "the command's process group was killed");
 
-    let next = runs.create_run(authed(prompt_request(&run.thread_id, "Never mind"), ALICE)).await?.into_inner().run.unwrap_or_default();
-    let next = wait_run(&mut runs, ALICE, &next.run_id, T, is_terminal).await?;
+    let next = run_to_end(&mut runs, prompt_request(&run.thread_id, "Never mind"), T).await?;
     assert_eq!(next.status(), RunStatus::Success, "{:?}\n{}", next.error, server.stderr());
     let requests = double.requests();
     assert_eq!(requests.len(), 2);

@@ -63,8 +63,7 @@ async fn a_run_with_several_tool_rounds_succeeds_with_receipt_title_and_usage() 
     let (mut runs, _) = clients(&server).await?;
     let mut request = prompt_request("", "Write a short report");
     request.expected_outputs = vec![REPORT.to_owned()];
-    let run = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
-    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    let run = run_to_end(&mut runs, request, T).await?;
     let events = run_events(&mut runs, ALICE, &run.run_id).await?;
     let finished = tool_finished(&events);
     assert_eq!(run.status(), RunStatus::Success, "{:?}\n{finished:#?}\n{}", run.error, server.stderr());
@@ -156,8 +155,7 @@ async fn a_claimed_but_unwritten_report_does_not_succeed() -> anyhow::Result<()>
     let (mut runs, _) = clients(&server).await?;
     let mut request = prompt_request("", "Write report.md");
     request.expected_outputs = vec![REPORT.to_owned()];
-    let run = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
-    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    let run = run_to_end(&mut runs, request, T).await?;
     assert_ne!(run.status(), RunStatus::Success);
     assert_eq!(run.status(), RunStatus::Error, "{}", server.stderr());
     assert_eq!(run.stop_reason, "delivery_incomplete");
@@ -184,8 +182,7 @@ async fn a_title_model_names_the_thread_and_its_usage_has_its_own_bucket() -> an
     let db = TestDb::new(Backend::Sqlite).await?;
     let server = start_agent_up(&db, &double.models_yaml(), "  lead:\n    title:\n      model_name: double\n", None)?;
     let (mut runs, mut threads) = clients(&server).await?;
-    let run = runs.create_run(authed(prompt_request("", "hi there"), ALICE)).await?.into_inner().run.unwrap_or_default();
-    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    let run = run_to_end(&mut runs, prompt_request("", "hi there"), T).await?;
     assert_eq!(run.status(), RunStatus::Success, "{:?}\n{}", run.error, server.stderr());
     let usage = run.usage.clone().unwrap_or_default();
     assert_eq!(usage.llm_calls, 2);
@@ -217,8 +214,7 @@ async fn a_run_past_its_recursion_limit_ends_error() -> anyhow::Result<()> {
     let (mut runs, _) = clients(&server).await?;
     let mut request = prompt_request("", "Search forever");
     request.config = Some(antler_proto::runs::RunConfig { recursion_limit: 3, ..Default::default() });
-    let run = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
-    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    let run = run_to_end(&mut runs, request, T).await?;
     assert_eq!(run.status(), RunStatus::Error, "{}", server.stderr());
     assert_eq!(run.error.clone().unwrap_or_default().code, "recursion_limit");
     assert_eq!(double.requests().len(), 2, "model, tools, model = 3 steps; the next tool round is refused");
@@ -253,13 +249,11 @@ async fn the_receipt_counts_only_what_this_run_produced() -> anyhow::Result<()> 
     let (mut runs, _) = clients(&server).await?;
     let paths = |receipt: &antler_proto::runs::DeliveryReceipt| receipt.produced.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
 
-    let first = runs.create_run(authed(prompt_request("", "Write a.md"), ALICE)).await?.into_inner().run.unwrap_or_default();
-    let first = wait_run(&mut runs, ALICE, &first.run_id, T, is_terminal).await?;
+    let first = run_to_end(&mut runs, prompt_request("", "Write a.md"), T).await?;
     assert_eq!(first.status(), RunStatus::Success, "{:?}\n{}", first.error, server.stderr());
     assert_eq!(paths(&first.delivery.clone().unwrap_or_default()), vec![A.to_owned()]);
 
-    let second = runs.create_run(authed(prompt_request(&first.thread_id, "Write b.md"), ALICE)).await?.into_inner().run.unwrap_or_default();
-    let second = wait_run(&mut runs, ALICE, &second.run_id, T, is_terminal).await?;
+    let second = run_to_end(&mut runs, prompt_request(&first.thread_id, "Write b.md"), T).await?;
     let receipt = second.delivery.clone().unwrap_or_default();
     assert_eq!((second.status(), second.stop_reason.as_str()), (RunStatus::Error, "delivery_incomplete"));
     assert_eq!(paths(&receipt), vec![B.to_owned()], "a.md is unchanged since the run started: not produced by it");
@@ -267,8 +261,7 @@ async fn the_receipt_counts_only_what_this_run_produced() -> anyhow::Result<()> 
 
     let mut request = prompt_request(&first.thread_id, "Is a.md still there?");
     request.expected_outputs = vec![A.to_owned()];
-    let third = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
-    let third = wait_run(&mut runs, ALICE, &third.run_id, T, is_terminal).await?;
+    let third = run_to_end(&mut runs, request, T).await?;
     let receipt = third.delivery.clone().unwrap_or_default();
     assert_eq!(third.status(), RunStatus::Success, "{receipt:?}");
     assert!(receipt.produced.is_empty() && receipt.satisfied, "{receipt:?}");

@@ -250,8 +250,7 @@ async fn a_large_input_reaches_the_agent_whole() -> anyhow::Result<()> {
         let server = start_runs(&db, "")?;
         let (mut runs, _) = clients(&server).await?;
         let create = CreateRunRequest { input: vec![user_text(&text)], expected_outputs: vec![], ..CreateRunRequest::default() };
-        let run = runs.create_run(authed(create, ALICE)).await?.into_inner().run.unwrap_or_default();
-        let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+        let run = run_to_end(&mut runs, create, T).await?;
         assert_eq!(run.status(), RunStatus::Success, "{backend:?}: {:?}", run.error);
         let events = run_events(&mut runs, ALICE, &run.run_id).await?;
         let echoed = events.iter().any(|e| match &e.kind {
@@ -280,8 +279,7 @@ async fn a_run_past_its_max_duration_times_out_and_limits_are_clamped() -> anyho
     let mut create = run_request("", json!([{"say": "working"}, {"sleep_ms": 30000}, {"say": "never said"}]));
     create.config = Some(RunConfig { max_duration: seconds(1), ..Default::default() });
     let started = std::time::Instant::now();
-    let run = runs.create_run(authed(create, ALICE)).await?.into_inner().run.unwrap_or_default();
-    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    let run = run_to_end(&mut runs, create, T).await?;
     assert_eq!(run.status(), RunStatus::Timeout, "{:?}", run.error);
     assert!(started.elapsed() < Duration::from_secs(10), "stopped at its limit, not after the 30 s sleep");
     assert_eq!(run.stop_reason, "deadline_exceeded");
