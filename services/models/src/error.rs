@@ -79,14 +79,15 @@ impl UpstreamError {
             408 | 409 | 425 | 500..=599 => UpstreamKind::Unavailable,
             _ => UpstreamKind::Refused,
         };
-        let mut message: String = message.into();
+        // Redacted before it is cut, so a cut cannot leave half a key that no longer matches.
+        let mut message = antler_kit::redact::redact(&message.into()).into_owned();
         truncate(&mut message, MAX_UPSTREAM_MESSAGE);
         Self { kind, model: String::new(), status, message, retry_after, key_source: String::new() }
     }
 
     /// A chunk that is not the provider's protocol; the line is quoted, cut to 200 characters.
     pub fn malformed(what: &str, line: &str) -> Self {
-        let mut quoted = line.to_owned();
+        let mut quoted = antler_kit::redact::redact(line).into_owned();
         truncate(&mut quoted, MAX_QUOTED_LINE);
         Self::new(UpstreamKind::Malformed, format!("{what}: {quoted:?}"))
     }
@@ -240,9 +241,17 @@ impl ModelError {
     }
 }
 
+impl ModelError {
+    /// The message a client may see (in a status or in `ChatError.message`): every registered secret
+    /// redacted, whatever the upstream put in its error text.
+    pub fn public_message(&self) -> String {
+        antler_kit::redact::redact(&self.to_string()).into_owned()
+    }
+}
+
 impl From<ModelError> for Status {
     fn from(error: ModelError) -> Self {
-        let mut status = Status::new(error.code(), error.to_string());
+        let mut status = Status::new(error.code(), error.public_message());
         if let Some(secs) = error.retry_after_secs()
             && let Ok(value) = secs.to_string().parse()
         {

@@ -405,7 +405,7 @@ impl Gateway {
         };
         let chat_error = error.as_ref().map(|e| ChatError {
             code: code_name(e.code()).to_owned(),
-            message: e.to_string(),
+            message: e.public_message(),
             upstream_status: u32::from(e.upstream_status()),
             retryable: e.is_retryable(),
         });

@@ -85,8 +85,15 @@ pub struct ApiKey {
 }
 
 impl ApiKey {
+    /// The key is registered with the process's redactor for good, also when it came from a variable
+    /// named by `api_key_env` (which the config loader never sees): an upstream that echoes it in an
+    /// error cannot carry it into a status, a stored run error or a log line.
     pub fn new(value: Option<String>, source: String) -> Self {
-        Self { value: value.filter(|v| !v.is_empty()).map(Arc::from), source }
+        let value: Option<Arc<str>> = value.filter(|v| !v.is_empty()).map(Arc::from);
+        if let Some(value) = &value {
+            antler_kit::redact::register_static(value);
+        }
+        Self { value, source }
     }
 
     /// The key, when one is configured.

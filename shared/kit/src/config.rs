@@ -215,6 +215,7 @@ impl Config {
         let clients: ClientsConfig = take_section(&mut root, "clients")?;
         let config = Self { path: None, server, clients, sections: root, source_sha256: None };
         config.validate()?;
+        config.register_secrets();
         Ok(config)
     }
 
@@ -229,6 +230,13 @@ impl Config {
 
     /// The resolved configuration as YAML, secrets masked: what `antler config check` prints.
     pub fn to_masked_yaml(&self) -> String {
+        let mut root = self.to_value();
+        mask_secrets(&mut root);
+        serde_yaml_ng::to_string(&root).unwrap_or_default()
+    }
+
+    /// The whole resolved configuration as one YAML value.
+    fn to_value(&self) -> Value {
         let mut root = Mapping::new();
         if let Ok(server) = serde_yaml_ng::to_value(&self.server) {
             root.insert("server".into(), server);
@@ -239,9 +247,13 @@ impl Config {
         for (key, value) in &self.sections {
             root.insert(key.clone(), value.clone());
         }
-        let mut root = Value::Mapping(root);
-        mask_secrets(&mut root);
-        serde_yaml_ng::to_string(&root).unwrap_or_default()
+        Value::Mapping(root)
+    }
+
+    /// Registers every credential in this configuration (the values `config check` masks) with the
+    /// process's redactor, so no status, log line or stored text can carry one out.
+    fn register_secrets(&self) {
+        for_each_secret(&mut self.to_value(), &mut |s| crate::redact::register_static(s));
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -308,20 +320,24 @@ fn is_secret_key(key: &str) -> bool {
     ["key", "secret", "token", "password", "pem"].iter().any(|word| key.contains(word))
 }
 
-fn mask_secrets(value: &mut Value) {
+/// Calls `f` on every non-empty string stored under a secret-looking key (see [`is_secret_key`]).
+fn for_each_secret(value: &mut Value, f: &mut dyn FnMut(&mut String)) {
     match value {
         Value::Mapping(map) => {
             for (key, item) in map.iter_mut() {
-                if is_secret_key(&env::key_name(key)) && matches!(item, Value::String(s) if !s.is_empty()) {
-                    *item = Value::String("****".to_owned());
-                } else {
-                    mask_secrets(item);
+                match item {
+                    Value::String(s) if is_secret_key(&env::key_name(key)) && !s.is_empty() => f(s),
+                    _ => for_each_secret(item, f),
                 }
             }
         }
-        Value::Sequence(items) => items.iter_mut().for_each(mask_secrets),
+        Value::Sequence(items) => items.iter_mut().for_each(|item| for_each_secret(item, f)),
         _ => {}
     }
+}
+
+fn mask_secrets(value: &mut Value) {
+    for_each_secret(value, &mut |s| *s = "****".to_owned());
 }
 
 #[cfg(test)]
@@ -379,6 +395,16 @@ mod tests {
         let yaml = config.to_masked_yaml();
         assert!(!yaml.contains("alice-secret-key"), "{yaml}");
         assert!(yaml.contains("****") && yaml.contains("alice"), "{yaml}");
+        Ok(())
+    }
+
+    #[test]
+    fn loaded_credentials_are_redacted_everywhere() -> Result<(), ConfigError> {
+        parse(
+            "models:\n  - name: m\n    api_key: sk-loaded-from-config-77\nclients:\n  models:\n    service_token: svc-token-from-config-88\n",
+        )?;
+        let text = "echo sk-loaded-from-config-77 and svc-token-from-config-88";
+        assert_eq!(crate::redact::redact(text), "echo [redacted] and [redacted]");
         Ok(())
     }
 }

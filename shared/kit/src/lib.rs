@@ -1,6 +1,6 @@
 //! What every Antler service shares: server bootstrap ([`server`]), authentication ([`auth`]), trace
 //! context ([`trace_context`]), the concurrency limit ([`limit`]), shutdown ([`shutdown`]), configuration
-//! ([`config`]), outbound clients ([`client`]), status helpers ([`status`]), logging ([`telemetry`]) and
+//! ([`config`]), outbound clients ([`client`]), status helpers ([`status`]), secret redaction ([`redact`]), logging ([`telemetry`]) and
 //! the command line every service binary accepts ([`cli`]).
 
 pub mod auth;
@@ -9,6 +9,7 @@ pub mod client;
 pub mod config;
 pub mod limit;
 pub mod message_size;
+pub mod redact;
 pub mod server;
 pub mod shutdown;
 pub mod status;

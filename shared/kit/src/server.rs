@@ -1,7 +1,8 @@
 //! Server bootstrap shared by every binary: health, reflection, tracing, authentication, limits and
 //! graceful shutdown around whatever services a binary mounts.
 //!
-//! Layer order, outermost first: trace (so refusals are logged inside the request's span), auth,
+//! Layer order, outermost first: redaction of status messages (so no layer's refusal can carry a
+//! secret out), trace (so refusals are logged inside the request's span), auth,
 //! concurrency limit, message-size status mapping, then the routes. Health answers NOT_SERVING until the listener accepts and again
 //! from the moment shutdown starts; draining then waits up to `server.shutdown_grace_secs` for open
 //! requests and streams before the process exits.
@@ -22,6 +23,7 @@ use crate::auth::{AuthLayer, Authenticator};
 use crate::config::ServerConfig;
 use crate::limit::ConcurrencyLayer;
 use crate::message_size::MessageSizeLayer;
+use crate::redact::RedactLayer;
 use crate::trace_context::TraceLayer;
 
 /// Failures of start-up or serving.
@@ -174,6 +176,7 @@ pub async fn serve(
         builder = builder.timeout(Duration::from_secs(config.request_timeout_secs));
     }
     let layers = ServiceBuilder::new()
+        .layer(RedactLayer)
         .layer(TraceLayer)
         .layer(AuthLayer::new(auth))
         .layer(ConcurrencyLayer::new(config.concurrency_limit))
