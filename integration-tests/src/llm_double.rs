@@ -26,12 +26,20 @@ pub struct Turn {
     pub calls: Vec<Call>,
     /// Pause before each chunk (a slow model).
     pub chunk_delay_ms: u64,
+    /// Answer this HTTP status instead, with an error body that quotes the credentials the request
+    /// presented (`Authorization: Bearer …` or `x-api-key`), as OpenAI does for a wrong key.
+    pub refuse: Option<u16>,
 }
 
 impl Turn {
     /// A final answer.
     pub fn text(text: &str) -> Self {
-        Self { text: text.to_owned(), calls: Vec::new(), chunk_delay_ms: 0 }
+        Self { text: text.to_owned(), ..Self::default() }
+    }
+
+    /// An HTTP `status` refusal that echoes the presented key (see [`Turn::refuse`]).
+    pub fn refuse_echoing_key(status: u16) -> Self {
+        Self { refuse: Some(status), ..Self::default() }
     }
 
     /// The same turn, streamed with `ms` before each chunk.
@@ -42,7 +50,7 @@ impl Turn {
 
     /// A turn that calls tools (optionally with some text first).
     pub fn tools(text: &str, calls: Vec<Call>) -> Self {
-        Self { text: text.to_owned(), calls, chunk_delay_ms: 0 }
+        Self { text: text.to_owned(), calls, ..Self::default() }
     }
 }
 
@@ -145,8 +153,8 @@ impl LlmDouble {
     }
 }
 
-/// Reads one HTTP request (headers, then a Content-Length body).
-async fn read_request(socket: &mut TcpStream) -> Result<Option<Vec<u8>>> {
+/// Reads one HTTP request: its head and its Content-Length body.
+async fn read_request(socket: &mut TcpStream) -> Result<Option<(String, Vec<u8>)>> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 8192];
     let header_end = loop {
@@ -159,8 +167,12 @@ async fn read_request(socket: &mut TcpStream) -> Result<Option<Vec<u8>>> {
             break at + 4;
         }
     };
-    let head = String::from_utf8_lossy(&buffer[..header_end]).to_ascii_lowercase();
-    let length: usize = head.lines().find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0))).unwrap_or(0);
+    let head = String::from_utf8_lossy(&buffer[..header_end]).into_owned();
+    let length: usize = head
+        .to_ascii_lowercase()
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+        .unwrap_or(0);
     while buffer.len() < header_end + length {
         let n = socket.read(&mut chunk).await?;
         if n == 0 {
@@ -168,11 +180,21 @@ async fn read_request(socket: &mut TcpStream) -> Result<Option<Vec<u8>>> {
         }
         buffer.extend_from_slice(&chunk[..n]);
     }
-    Ok(Some(buffer[header_end..].to_vec()))
+    Ok(Some((head, buffer[header_end..].to_vec())))
+}
+
+/// The credential a request presented, as the upstream saw it.
+fn presented_key(head: &str) -> String {
+    head.lines()
+        .find_map(|line| {
+            let lower = line.to_ascii_lowercase();
+            ["authorization: bearer ", "x-api-key: "].iter().find(|p| lower.starts_with(*p)).map(|p| line[p.len()..].trim().to_owned())
+        })
+        .unwrap_or_default()
 }
 
 async fn serve(mut socket: TcpStream, turns: &[Turn], after_last: AfterLast, select: Select, state: &Mutex<Shared>) -> Result<()> {
-    let Some(body) = read_request(&mut socket).await? else { return Ok(()) };
+    let Some((head, body)) = read_request(&mut socket).await? else { return Ok(()) };
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let answered = request["messages"].as_array().map(|m| m.iter().filter(|m| m["role"] == "assistant").count()).unwrap_or(0);
     let index = {
@@ -202,6 +224,18 @@ async fn serve(mut socket: TcpStream, turns: &[Turn], after_last: AfterLast, sel
             return Ok(());
         }
     };
+    if let Some(status) = turn.refuse {
+        // One body both providers parse: Anthropic's envelope with OpenAI's wording.
+        let body = json!({"type": "error", "error": {"type": "authentication_error", "code": "invalid_api_key",
+            "message": format!("Incorrect API key provided: {}. You can find your API key in your account settings.", presented_key(&head))}})
+        .to_string();
+        let response = format!(
+            "HTTP/1.1 {status} Refused\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        socket.write_all(response.as_bytes()).await?;
+        return Ok(());
+    }
     socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n").await?;
     for event in events(&turn, index) {
         if turn.chunk_delay_ms > 0 {

@@ -77,6 +77,8 @@ pub struct Engine {
     pub shutdown: CancellationToken,
     /// Agents built so far (logged with each construction).
     pub constructed: AtomicU64,
+    /// The request-scoped secrets of runs admitted here (never stored).
+    pub secrets: crate::secrets::Vault,
 }
 
 impl std::fmt::Debug for Engine {

@@ -14,6 +14,7 @@ pub mod error;
 pub mod json;
 pub mod lifecycle;
 pub mod paging;
+pub mod secrets;
 pub mod store;
 pub mod stream;
 pub mod threads;
@@ -63,6 +64,7 @@ pub async fn mount(
         permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_runs as usize)),
         shutdown: ctx.shutdown.child_token(),
         constructed: AtomicU64::new(0),
+        secrets: Default::default(),
         config,
     });
     worker::spawn(engine.clone()).await;

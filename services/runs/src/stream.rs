@@ -121,13 +121,15 @@ pub async fn append_setting(
     let events: Vec<RunEvent> = kinds
         .into_iter()
         .zip(first..)
-        .map(|(kind, seq)| RunEvent {
-            run_id: run_id.to_owned(),
-            seq: seq as u64,
-            time: Some(to_timestamp(now)),
-            thread_id: thread_id.to_owned(),
-            task_id: String::new(),
-            kind: Some(kind),
+        .map(|(kind, seq)| {
+            redacted(RunEvent {
+                run_id: run_id.to_owned(),
+                seq: seq as u64,
+                time: Some(to_timestamp(now)),
+                thread_id: thread_id.to_owned(),
+                task_id: String::new(),
+                kind: Some(kind),
+            })
         })
         .collect();
     // Bounded statements: SQLite caps the number of bound parameters (5 per row here).
@@ -149,14 +151,14 @@ pub async fn append_one_postgres(
     kind: Kind,
 ) -> Result<Option<RunEvent>, RunsError> {
     let now = now_ms();
-    let mut event = RunEvent {
+    let mut event = redacted(RunEvent {
         run_id: run_id.to_owned(),
         seq: 0,
         time: Some(to_timestamp(now)),
         thread_id: thread_id.to_owned(),
         task_id: String::new(),
         kind: Some(kind),
-    };
+    });
     let statement = sea_orm::Statement::from_sql_and_values(
         sea_orm::DbBackend::Postgres,
         "WITH s AS (UPDATE runs SET last_seq = last_seq + 1, updated_at = $5 \
@@ -172,16 +174,23 @@ pub async fn append_one_postgres(
 
 /// Writes the first event (seq 1) of a run inserted in the same transaction with `last_seq = 1`.
 pub async fn insert_first(db: &impl ConnectionTrait, run_id: &str, thread_id: &str, kind: Kind, now: i64) -> Result<RunEvent, RunsError> {
-    let event = RunEvent {
+    let event = redacted(RunEvent {
         run_id: run_id.to_owned(),
         seq: 1,
         time: Some(to_timestamp(now)),
         thread_id: thread_id.to_owned(),
         task_id: String::new(),
         kind: Some(kind),
-    };
+    });
     run_events::Entity::insert(row(&event, now)).exec_without_returning(db).await?;
     Ok(event)
+}
+
+/// `event` with every registered secret (configured credentials, running runs' `secrets`) removed
+/// from its text: every event is written and published through here, so none can carry one out.
+fn redacted(mut event: RunEvent) -> RunEvent {
+    antler_kit::redact::redact_message_in_place(&mut event);
+    event
 }
 
 /// The stored row of `event`.

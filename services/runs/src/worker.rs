@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use antler_proto::runs::{Checkpoint, CreateRunRequest, RunError};
 use prost::Message;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
@@ -95,6 +95,28 @@ async fn sweep_once(engine: &Arc<Engine>) -> Result<(), crate::error::RunsError>
         }
     }
     engine.wake.notify_one();
+    forget_ended_secrets(engine).await?;
+    Ok(())
+}
+
+/// Drops the secrets of runs admitted here that ended without this replica executing them to the
+/// end (cancelled while PENDING, superseded, closed by another replica).
+async fn forget_ended_secrets(engine: &Engine) -> Result<(), crate::error::RunsError> {
+    let kept = engine.secrets.run_ids();
+    if kept.is_empty() {
+        return Ok(());
+    }
+    let active: Vec<String> = runs::Entity::find()
+        .select_only()
+        .column(runs::Column::RunId)
+        .filter(runs::Column::RunId.is_in(kept.iter().map(String::as_str)))
+        .filter(runs::Column::Status.is_in(crate::lifecycle::ACTIVE))
+        .into_tuple()
+        .all(engine.store.db())
+        .await?;
+    for run_id in kept.iter().filter(|id| !active.contains(id)) {
+        engine.secrets.forget(run_id);
+    }
     Ok(())
 }
 
@@ -139,12 +161,21 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
             Outcome::Failed(RunError { code: "resume_failed".to_owned(), message: error.to_string(), retryable: true, details: None })
         }
         (Ok(resume_from), Ok(())) => {
+            let secrets = engine.secrets.for_attempt(&run.run_id, request.secrets.keys().cloned().collect());
+            if !secrets.missing().is_empty() {
+                tracing::warn!(
+                    run_id = %run.run_id,
+                    missing = ?secrets.missing(),
+                    "this attempt runs without the run's secrets: they were never stored and were held by the replica that admitted the run"
+                );
+            }
             let spec = RunSpec {
                 run_id: run.run_id.clone(),
                 thread_id: run.thread_id.clone(),
                 user_id: run.user_id.clone(),
                 attempt: run.attempt as u32,
                 request,
+                secrets,
                 resume_from,
                 resumed,
             };
@@ -202,6 +233,7 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
     local.token.cancel();
     keep_alive.abort();
     engine.local.lock().unwrap_or_else(|p| p.into_inner()).remove(&run.run_id);
+    engine.secrets.forget(&run.run_id);
 }
 
 /// Success cannot rest on words: what counts as produced is what the sandbox's outputs directory

@@ -47,7 +47,7 @@ impl AgentContext {
                 run_id: self.spec.run_id.clone(),
                 tool_call_id: tool_call_id.to_owned(),
                 tool_name: tool_name.to_owned(),
-                arguments: arguments.to_owned(),
+                arguments: antler_kit::redact::redact(arguments).into_owned(),
                 attempt: self.spec.attempt as i32,
                 intent_at: now,
                 result: None,
@@ -64,6 +64,7 @@ impl AgentContext {
     pub async fn record_result(&self, tool_call_id: &str, result: &str, is_error: bool) -> Result<(), Fenced> {
         let engine = &self.engine;
         self.check()?;
+        let result = antler_kit::redact::redact(result);
         let written = engine
             .store
             .retry_busy(|| async {
@@ -72,7 +73,7 @@ impl AgentContext {
                     return Ok(false);
                 }
                 tool_effects::Entity::update_many()
-                    .col_expr(tool_effects::Column::Result, Expr::value(result.to_owned()))
+                    .col_expr(tool_effects::Column::Result, Expr::value(result.clone().into_owned()))
                     .col_expr(tool_effects::Column::IsError, Expr::value(is_error))
                     .col_expr(tool_effects::Column::ResultAt, Expr::value(now_ms()))
                     .filter(tool_effects::Column::RunId.eq(self.spec.run_id.as_str()))

@@ -41,8 +41,10 @@ pub struct RunSpec {
     pub thread_id: String,
     pub user_id: String,
     pub attempt: u32,
-    /// The admitted request (secrets removed).
+    /// The admitted request (secret values removed; their names are kept).
     pub request: CreateRunRequest,
+    /// The run's secrets, as far as this replica has them.
+    pub secrets: std::sync::Arc<crate::secrets::RunSecrets>,
     /// The checkpoint to start from: the run's own latest one when resuming after a takeover, else
     /// the thread's state when the run was admitted.
     pub resume_from: Option<Checkpoint>,
@@ -284,7 +286,7 @@ impl AgentContext {
                             .await?
                             .and_then(|t| t.head_checkpoint_id),
                     };
-                    let state = Checkpoint {
+                    let mut state = Checkpoint {
                         checkpoint_id: c.checkpoint_id.clone(),
                         parent_checkpoint_id: parent.clone().unwrap_or_default(),
                         step: c.step,
@@ -294,6 +296,8 @@ impl AgentContext {
                         messages: c.messages.clone(),
                         source: "loop".to_owned(),
                     };
+                    // The agent keeps its own copy; what is stored (and read back by clients) is redacted.
+                    antler_kit::redact::redact_message_in_place(&mut state);
                     checkpoints::Entity::insert(checkpoints::ActiveModel::from(checkpoints::Model {
                         checkpoint_id: c.checkpoint_id.clone(),
                         user_id: spec.user_id.clone(),

@@ -115,12 +115,14 @@ pub fn sanitise(engine: &Engine, req: &mut CreateRunRequest) -> Result<(), RunsE
     if req.secrets.len() > 16 {
         return Err(RunsError::invalid("secrets", format!("{} entries; the limit is 16", req.secrets.len())));
     }
-    if let Some(key) = req
-        .secrets
-        .keys()
-        .find(|k| k.is_empty() || k.len() > 64 || !k.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'))
-    {
-        return Err(RunsError::invalid(format!("secrets.{key}"), "keys must match ^[a-z0-9_]{1,64}$"));
+    // Names become environment variables of sandbox commands (upper-cased), so no leading digit.
+    if let Some(key) = req.secrets.keys().find(|k| {
+        k.is_empty()
+            || k.len() > 64
+            || k.starts_with(|c: char| c.is_ascii_digit())
+            || !k.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    }) {
+        return Err(RunsError::invalid(format!("secrets.{key}"), "keys must match ^[a-z_][a-z0-9_]{0,63}$"));
     }
     let config = req.config.get_or_insert_with(Default::default);
     if config.recursion_limit == 0 {
@@ -373,7 +375,10 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
     }
 
     let mut stored = req.clone();
-    stored.secrets.clear();
+    // Secret values are never stored; their names are, so an attempt elsewhere knows what it lacks.
+    stored.secrets.values_mut().for_each(String::clear);
+    // Nor is any other registered secret the client put in its input or metadata.
+    antler_kit::redact::redact_message_in_place(&mut stored);
     stored.thread_id = thread.thread_id.clone();
     let model_name = stored.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
     let metadata = stored.metadata.as_ref().map(struct_to_json).unwrap_or_else(|| "{}".to_owned());
@@ -437,7 +442,12 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
             .exec(&*tx)
             .await?;
     }
-    tx.commit().await?;
+    // Before the commit: once committed, the dispatcher may start the run at any moment.
+    engine.secrets.keep(&run_id, req.secrets.clone().into_iter().collect());
+    if let Err(error) = tx.commit().await {
+        engine.secrets.forget(&run_id);
+        return Err(error.into());
+    }
     metrics::counter!("antler_runs_admitted_total", "strategy" => strategy.as_str_name()).increment(1);
     Ok((Admitted { run, reused: false }, effects))
 }

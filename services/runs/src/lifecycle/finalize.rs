@@ -129,7 +129,7 @@ pub async fn finalize(
             .col_expr(runs::Column::FinalStatus, Expr::value(status))
             .col_expr(runs::Column::StopReason, Expr::value(stop_reason.to_owned()))
             .col_expr(runs::Column::ErrorCode, Expr::value(error.as_ref().map(|e| e.code.clone())))
-            .col_expr(runs::Column::ErrorMessage, Expr::value(error.as_ref().map(|e| e.message.clone())))
+            .col_expr(runs::Column::ErrorMessage, Expr::value(error.as_ref().map(|e| antler_kit::redact::redact(&e.message).into_owned())))
             .col_expr(runs::Column::Delivery, Expr::value(receipt.encode_to_vec()))
             .col_expr(runs::Column::UpdatedAt, Expr::value(now))
             .filter(runs::Column::RunId.eq(run.run_id.as_str()))

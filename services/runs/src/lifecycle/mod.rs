@@ -21,6 +21,8 @@ use prost::Message;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
 
+use antler_kit::redact::redact;
+
 use crate::error::RunsError;
 use crate::store::entity::{runs, threads};
 use crate::store::now_ms;
@@ -79,7 +81,7 @@ pub async fn end_by_service(
         .col_expr(runs::Column::Status, Expr::value(ending.status))
         .col_expr(runs::Column::StopReason, Expr::value(ending.stop_reason.clone()))
         .col_expr(runs::Column::ErrorCode, Expr::value(ending.error.as_ref().map(|e| e.code.clone())))
-        .col_expr(runs::Column::ErrorMessage, Expr::value(ending.error.as_ref().map(|e| e.message.clone())))
+        .col_expr(runs::Column::ErrorMessage, Expr::value(ending.error.as_ref().map(|e| redact(&e.message).into_owned())))
         .col_expr(runs::Column::FinishedAt, Expr::value(now))
         .col_expr(runs::Column::LeaseExpiresAt, Expr::value(Option::<i64>::None))
         .col_expr(runs::Column::Queued, Expr::value(false))

@@ -123,6 +123,7 @@ mod tests {
             user_id: "u".to_owned(),
             attempt: 1,
             request: Default::default(),
+            secrets: Arc::new(crate::secrets::RunSecrets::none()),
             resume_from: None,
             resumed: false,
         }

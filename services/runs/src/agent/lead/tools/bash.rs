@@ -44,7 +44,13 @@ impl Tool for Bash {
         Box::pin(async move {
             let command = args.required("command")?;
             let (mut grpc, client) = env.sandbox().await?;
-            let request = ExecuteCommandRequest { thread_id: env.thread_id().to_owned(), command, ..Default::default() };
+            // The run's secrets as environment variables; the sandbox masks their values in the output.
+            let request = ExecuteCommandRequest {
+                thread_id: env.thread_id().to_owned(),
+                command,
+                env: env.ctx.spec.secrets.env(),
+                ..Default::default()
+            };
             let mut call = client.request(&env.ctx.call_context(), request);
             // A command may run up to the sandbox's longest timeout (3600 s), far beyond the client's
             // default deadline for unary calls; the sandbox enforces the command's own timeout.
