@@ -117,7 +117,8 @@ def main() -> int:
                 elif kind == "end":
                     end = event.end
                     status_name = run_pb2.RunStatus.Name(end.status)
-                    print(f"[{event.seq:>3}] end: {status_name.removeprefix('RUN_STATUS_')} ({end.stop_reason})")
+                    reason = f" ({end.stop_reason})" if end.stop_reason else ""
+                    print(f"[{event.seq:>3}] end: {status_name.removeprefix('RUN_STATUS_')}{reason}")
                     u = end.usage
                     print(f"        usage: {u.total_tokens} tokens in {u.llm_calls} model calls ({u.input_tokens} in, {u.output_tokens} out)")
                     if end.HasField("error"):

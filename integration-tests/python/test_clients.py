@@ -165,14 +165,17 @@ def _missing_id() -> str:
 
 @dataclass(frozen=True)
 class Call:
-    """One RPC: where its generated code lives, how to build its request, which failures its contract allows."""
+    """One RPC and the one answer its contract gives on a fresh ``antler up``: either a reply that
+    ``check`` accepts, or exactly the error ``error_code`` whose details contain ``error_text``."""
 
     package: str  # e.g. "antler.runs.v1"
     proto_file: str  # module stem of the file that declares the service, e.g. "run_service"
     service: str  # e.g. "RunService"
     method: str  # e.g. "GetRun"
     request: Callable[[Any], Any]  # messages module -> request message
-    documented: frozenset[grpc.StatusCode] = field(default_factory=frozenset)  # e.g. NOT_FOUND for a missing id
+    check: Callable[[Any], None] | None = None  # asserts on the reply when the call must succeed
+    error_code: grpc.StatusCode | None = None  # the error the call must fail with instead
+    error_text: str = ""  # and a piece of its details
 
     @property
     def name(self) -> str:
@@ -186,60 +189,66 @@ class Call:
         return getattr(stub, self.method), self.request(messages)
 
 
-NOT_FOUND = frozenset({grpc.StatusCode.NOT_FOUND})
+def _demo_model_listed(reply: Any) -> None:
+    # With no models configured, antler up serves its built-in replay model `demo`, the default.
+    assert [m.name for m in reply.models] == ["demo"], reply
+    assert reply.default_model_name == "demo", reply
+
+
+MISSING = _missing_id()
 
 UNARY_CALLS = (
     Call("antler.runs.v1", "run_service", "RunService", "GetRun",
-         lambda m: m.GetRunRequest(run_id=_missing_id()), NOT_FOUND),
+         lambda m: m.GetRunRequest(run_id=MISSING), error_code=grpc.StatusCode.NOT_FOUND, error_text=f"run {MISSING}"),
+    Call("antler.runs.v1", "run_service", "RunService", "GetRun",
+         lambda m: m.GetRunRequest(), error_code=grpc.StatusCode.INVALID_ARGUMENT, error_text="run_id: is required"),
     Call("antler.runs.v1", "thread_service", "ThreadService", "GetThread",
-         lambda m: m.GetThreadRequest(thread_id=_missing_id()), NOT_FOUND),
+         lambda m: m.GetThreadRequest(thread_id=MISSING), error_code=grpc.StatusCode.NOT_FOUND, error_text=f"thread {MISSING}"),
     Call("antler.sandbox.v1", "sandbox", "SandboxService", "GetSandbox",
-         lambda m: m.GetSandboxRequest(thread_id=_missing_id()), NOT_FOUND),
+         lambda m: m.GetSandboxRequest(thread_id=MISSING), error_code=grpc.StatusCode.NOT_FOUND, error_text=MISSING),
     Call("antler.mcp.v1", "mcp", "McpService", "ListServers",
-         lambda m: m.ListServersRequest()),
+         lambda m: m.ListServersRequest(), error_code=grpc.StatusCode.UNIMPLEMENTED, error_text="McpService.ListServers"),
     Call("antler.models.v1", "models", "ModelService", "ListModels",
-         lambda m: m.ListModelsRequest()),
+         lambda m: m.ListModelsRequest(), check=_demo_model_listed),
     Call("antler.memory.v1", "memory", "MemoryService", "GetMemory",
-         lambda m: m.GetMemoryRequest()),
+         lambda m: m.GetMemoryRequest(), error_code=grpc.StatusCode.UNIMPLEMENTED, error_text="MemoryService.GetMemory"),
 )
 
-JOIN_RUN = Call("antler.runs.v1", "run_service", "RunService", "JoinRun",
-                lambda m: m.JoinRunRequest(run_id=_missing_id(), after_seq=0), NOT_FOUND)
 
-
-def assert_acceptable(call: Call, error: grpc.RpcError) -> None:
-    """UNIMPLEMENTED must name this very RPC; otherwise only the codes the contract documents are fine."""
-    code, details = error.code(), error.details() or ""
-    if code == grpc.StatusCode.UNIMPLEMENTED:
-        assert call.name in details, f"UNIMPLEMENTED for {call.name} does not name it: {details!r}"
+def assert_answer(call: Call, reply: Any = None, error: grpc.RpcError | None = None) -> None:
+    """The call gave exactly the answer its contract documents."""
+    if call.check is not None:
+        assert error is None, f"{call.name} failed with {error.code().name}: {error.details()!r}"
+        call.check(reply)
         return
-    assert code in call.documented, (
-        f"{call.name} failed with {code.name}: {details!r}; expected success, "
-        f"UNIMPLEMENTED naming the RPC, or one of {sorted(c.name for c in call.documented)}"
-    )
+    assert error is not None, f"{call.name} succeeded ({reply!r}); expected {call.error_code.name}"
+    assert error.code() == call.error_code, f"{call.name}: {error.code().name} {error.details()!r}; expected {call.error_code.name}"
+    assert call.error_text in (error.details() or ""), f"{call.name}: {error.details()!r} lacks {call.error_text!r}"
 
 
-@pytest.mark.parametrize("call", UNARY_CALLS, ids=lambda c: c.name)
+@pytest.mark.parametrize("call", UNARY_CALLS, ids=lambda c: f"{c.name}-{c.error_code.name if c.error_code else 'OK'}")
 def test_unary_rpc_through_stub(stubs_dir: Path, channel: grpc.Channel, call: Call) -> None:
     method, request = call.stub_method(channel)
     try:
         reply = method(request, timeout=RPC_TIMEOUT_S)
     except grpc.RpcError as error:
-        assert_acceptable(call, error)
+        assert_answer(call, error=error)
     else:
-        assert reply is not None
+        assert_answer(call, reply=reply)
 
 
 def test_server_stream_through_stub(stubs_dir: Path, channel: grpc.Channel) -> None:
-    method, request = JOIN_RUN.stub_method(channel)
+    join = Call("antler.runs.v1", "run_service", "RunService", "JoinRun",
+                lambda m: m.JoinRunRequest(run_id=MISSING, after_seq=0),
+                error_code=grpc.StatusCode.NOT_FOUND, error_text=f"run {MISSING}")
+    method, request = join.stub_method(channel)
+    # A run that does not exist: the stream ends at once with NOT_FOUND (bounded by the deadline).
     try:
-        # A run that does not exist never produces events; iterating to the end must end in an error or
-        # in a clean close, never hang (bounded by the deadline).
         events = list(method(request, timeout=RPC_TIMEOUT_S))
     except grpc.RpcError as error:
-        assert_acceptable(JOIN_RUN, error)
+        assert_answer(join, error=error)
     else:
-        assert all(event is not None for event in events)
+        assert_answer(join, reply=events)
 
 
 # --------------------------------------------------------------------------------------------------

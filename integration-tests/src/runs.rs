@@ -104,9 +104,11 @@ pub fn is_terminal(run: &Run) -> bool {
     matches!(run.status(), RunStatus::Success | RunStatus::Error | RunStatus::Interrupted | RunStatus::Timeout)
 }
 
-/// How many times the server logged building an agent for `run_id`.
-pub fn constructions(process: &Process, run_id: &str) -> usize {
-    process.stderr().lines().filter(|l| l.contains("agent constructed") && l.contains(run_id)).count()
+/// How many complete assistant messages the run's stored events hold. Each `say` step of the script
+/// agent writes one, so it tells from the store (not from a log line) how often a script ran.
+pub async fn said(runs: &mut RunServiceClient<Channel>, key: &str, run_id: &str) -> Result<usize> {
+    let events = run_events(runs, key, run_id).await?;
+    Ok(events.iter().filter(|e| matches!(&e.kind, Some(antler_proto::runs::run_event::Kind::Message(_)))).count())
 }
 
 /// `antler.yaml` for `antler up` running the lead agent (`runs.agent: lead`) against the model

@@ -25,7 +25,7 @@ fn jwt(exp_offset: i64) -> anyhow::Result<String> {
 }
 
 async fn call(process: &Process, token: Option<&str>) -> anyhow::Result<tonic::Status> {
-    let mut request = tonic::Request::new(GetRunRequest::default());
+    let mut request = tonic::Request::new(GetRunRequest { run_id: "r-unknown".to_owned(), ..Default::default() });
     if let Some(token) = token {
         request.metadata_mut().insert("authorization", format!("Bearer {token}").parse()?);
     }

@@ -133,7 +133,6 @@ async fn threads_list_newest_first_with_filters_and_stable_pages_and_delete_clea
     for i in 0..7 {
         let mut metadata = prost_types::Struct::default();
         metadata.fields.insert("team".into(), string(if i % 2 == 0 { "red" } else { "blue" }));
-        metadata.fields.insert("owner_id".into(), string("forged"));
         threads
             .create_thread(authed(
                 CreateThreadRequest { thread_id: format!("t-{i}"), metadata: Some(metadata), ..Default::default() },
@@ -163,7 +162,6 @@ async fn threads_list_newest_first_with_filters_and_stable_pages_and_delete_clea
         .into_inner()
         .threads;
     assert_eq!(red.len(), 4);
-    assert!(red.iter().all(|t| !t.metadata.as_ref().is_some_and(|m| m.fields.contains_key("owner_id"))), "reserved keys stripped");
 
     // Metadata merge, then status filter: t-0 busy while a run is active.
     let mut patch = prost_types::Struct::default();

@@ -27,7 +27,7 @@ async fn a_finalizing_run_cannot_be_cancelled_and_a_dead_finalizer_is_closed_by_
         let conn = db.connect().await?;
         let sql = |lease: i64| {
             format!(
-                "UPDATE runs SET status = 'finalizing', owner_worker_id = 'gone', lease_expires_at = {lease}, final_status = 'success', stop_reason = 'completed', attempt = 1 WHERE run_id = '{}'",
+                "UPDATE runs SET status = 'finalizing', owner_worker_id = 'gone', lease_expires_at = {lease}, final_status = 'success', stop_reason = '', attempt = 1 WHERE run_id = '{}'",
                 run.run_id
             )
         };
@@ -40,7 +40,7 @@ async fn a_finalizing_run_cannot_be_cancelled_and_a_dead_finalizer_is_closed_by_
         // The finalizer dies: its lease lapses, and the sweeper adds only the closing.
         conn.execute_raw(Statement::from_string(conn.get_database_backend(), sql(1))).await?;
         let closed = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
-        assert_eq!((closed.status(), closed.stop_reason.as_str()), (RunStatus::Success, "completed"), "{backend:?}");
+        assert_eq!((closed.status(), closed.stop_reason.as_str()), (RunStatus::Success, ""), "{backend:?}");
         let events = runs
             .list_run_events(authed(ListRunEventsRequest { run_id: run.run_id.clone(), ..Default::default() }, ALICE))
             .await?
@@ -50,7 +50,7 @@ async fn a_finalizing_run_cannot_be_cancelled_and_a_dead_finalizer_is_closed_by_
             matches!(events.last().and_then(|e| e.kind.as_ref()), Some(run_event::Kind::End(end)) if end.status() == RunStatus::Success),
             "END last"
         );
-        assert_eq!(constructions(&server, &run.run_id), 0, "{backend:?}: nothing was re-run");
+        assert_eq!((closed.attempt, said(&mut runs, ALICE, &run.run_id).await?), (1, 0), "{backend:?}: nothing was re-run");
         runs.cancel_run(authed(CancelRunRequest { run_id: blocker.run_id.clone(), ..Default::default() }, ALICE)).await?;
     }
     Ok(())
@@ -76,6 +76,6 @@ async fn a_run_past_max_attempts_ends_error_instead_of_another_takeover() -> any
     let ended = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
     assert_eq!((ended.status(), ended.stop_reason.as_str()), (RunStatus::Error, "max_attempts_exceeded"));
     assert_eq!(ended.error.map(|e| e.code), Some("max_attempts_exceeded".to_owned()));
-    assert_eq!(constructions(&server, &run.run_id), 0);
+    assert_eq!((ended.attempt, said(&mut runs, ALICE, &run.run_id).await?), (2, 0), "no further attempt ran the script");
     Ok(())
 }

@@ -42,8 +42,22 @@ async fn cancel_while_pending_never_builds_agent() -> anyhow::Result<()> {
         // Free the slot; the cancelled run must still never start.
         runs.cancel_run(authed(CancelRunRequest { run_id: blocker.run_id.clone(), wait: true, ..Default::default() }, ALICE)).await?;
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        assert_eq!(constructions(&server, &run.run_id), 0, "{backend:?}: agent built for a run cancelled while PENDING");
-        assert_eq!(constructions(&server, &blocker.run_id), 1, "{backend:?}: the blocker was built once");
+        // try_start is the only way to an agent: a run it never passed has no attempt and no start.
+        let never = runs
+            .get_run(authed(GetRunRequest { run_id: run.run_id.clone(), ..Default::default() }, ALICE))
+            .await?
+            .into_inner()
+            .run
+            .unwrap_or_default();
+        assert_eq!((never.attempt, never.started_at), (0, None), "{backend:?}: a run cancelled while PENDING was started");
+        assert_eq!(said(&mut runs, ALICE, &run.run_id).await?, 0, "{backend:?}: its script ran");
+        let blocker = runs
+            .get_run(authed(GetRunRequest { run_id: blocker.run_id.clone(), ..Default::default() }, ALICE))
+            .await?
+            .into_inner()
+            .run
+            .unwrap_or_default();
+        assert_eq!(blocker.attempt, 1, "{backend:?}: the blocker was started once");
         let events = runs
             .list_run_events(authed(ListRunEventsRequest { run_id: run.run_id.clone(), ..Default::default() }, ALICE))
             .await?
@@ -86,8 +100,8 @@ async fn concurrent_creates_with_one_key_make_one_run() -> anyhow::Result<()> {
         assert_eq!(ids.len(), 1, "{backend:?}: {ids:?}");
         assert_eq!(created.iter().filter(|r| r.reused).count(), 99, "{backend:?}");
         let mut runs = runs;
-        wait_run(&mut runs, ALICE, &ids[0], T, is_terminal).await?;
-        assert_eq!(constructions(&server, &ids[0]), 1, "{backend:?}: executed once");
+        let done = wait_run(&mut runs, ALICE, &ids[0], T, is_terminal).await?;
+        assert_eq!((done.attempt, said(&mut runs, ALICE, &ids[0]).await?), (1, 1), "{backend:?}: executed once");
         let mut threads = threads;
         let listed = threads.list_threads(authed(ListThreadsRequest::default(), ALICE)).await?.into_inner().threads;
         assert_eq!(listed.len(), 1, "{backend:?}: the losers left no thread behind");
@@ -460,10 +474,13 @@ async fn malformed_requests_name_the_field_and_leave_nothing_behind() -> anyhow:
         threads.list_threads(authed(ListThreadsRequest::default(), ALICE)).await?.into_inner().threads.is_empty(),
         "no thread left behind"
     );
-    // Client-forged internal keys are stripped, and the clamp applies.
+    // Client-forged internal keys are refused (runs_contract.rs covers every surface); the clamp applies.
     let mut meta = prost_types::Struct::default();
     meta.fields.insert("__internal".into(), prost_types::Value { kind: Some(prost_types::value::Kind::BoolValue(true)) });
-    meta.fields.insert("user_id".into(), prost_types::Value { kind: Some(prost_types::value::Kind::StringValue("root".into())) });
+    let forged = CreateRunRequest { input: vec![user_text("x")], metadata: Some(meta.clone()), ..Default::default() };
+    let refused = runs.create_run(authed(forged, ALICE)).await.err().map(|s| (s.code(), s.message().to_owned()));
+    assert!(matches!(&refused, Some((Code::InvalidArgument, m)) if m.starts_with("metadata.__internal")), "{refused:?}");
+    meta.fields.clear();
     meta.fields.insert("ok".into(), prost_types::Value { kind: Some(prost_types::value::Kind::BoolValue(true)) });
     let request = CreateRunRequest {
         input: vec![user_text("x")],
@@ -473,7 +490,7 @@ async fn malformed_requests_name_the_field_and_leave_nothing_behind() -> anyhow:
     };
     let run = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
     let fields = run.metadata.unwrap_or_default().fields;
-    assert!(fields.contains_key("ok") && !fields.contains_key("__internal") && !fields.contains_key("user_id"), "{fields:?}");
+    assert!(fields.contains_key("ok") && fields.len() == 1, "{fields:?}");
     assert_eq!(run.config.map(|c| c.recursion_limit), Some(1000));
     Ok(())
 }

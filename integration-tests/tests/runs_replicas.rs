@@ -36,8 +36,8 @@ async fn two_replicas_admit_one_run_per_key_and_one_active_run_per_thread() -> a
     ids.dedup();
     assert_eq!(ids.len(), 1, "{ids:?}");
     let mut runs_a = runs_a;
-    wait_run(&mut runs_a, ALICE, &ids[0], T, is_terminal).await?;
-    assert_eq!(constructions(&a, &ids[0]) + constructions(&b, &ids[0]), 1, "executed once across both replicas");
+    let done = wait_run(&mut runs_a, ALICE, &ids[0], T, is_terminal).await?;
+    assert_eq!((done.attempt, said(&mut runs_a, ALICE, &ids[0]).await?), (1, 1), "executed once across both replicas");
 
     // One thread, REJECT, 20 concurrent requests across both replicas: exactly one admitted.
     threads_a.create_thread(authed(CreateThreadRequest { thread_id: "shared".into(), ..Default::default() }, ALICE)).await?;
@@ -49,9 +49,13 @@ async fn two_replicas_admit_one_run_per_key_and_one_active_run_per_thread() -> a
         }));
     }
     let (mut admitted, mut aborted) = (Vec::new(), 0);
-    for task in tasks {
+    let mut admitted_by_a = false;
+    for (i, task) in tasks.into_iter().enumerate() {
         match task.await? {
-            Ok(response) => admitted.push(response.run.unwrap_or_default().run_id),
+            Ok(response) => {
+                admitted.push(response.run.unwrap_or_default().run_id);
+                admitted_by_a = i % 2 == 0;
+            }
             Err(status) if status.code() == Code::Aborted => aborted += 1,
             Err(status) => anyhow::bail!("unexpected {status:?}"),
         }
@@ -60,15 +64,30 @@ async fn two_replicas_admit_one_run_per_key_and_one_active_run_per_thread() -> a
 
     // A cancel sent to the replica that does not run it reaches the owner at its next renewal.
     let run_id = admitted[0].clone();
-    wait_run(&mut runs_a, ALICE, &run_id, T, |r| r.status() == RunStatus::Running).await?;
-    let owner_is_a = constructions(&a, &run_id) == 1;
-    let (mut other, owner) = if owner_is_a { (runs_b.clone(), &a) } else { (runs_a.clone(), &b) };
+    // Admission gives the admitting replica the lease of the PENDING run; the store shows whether it
+    // is still that replica that runs it (same owner, first attempt).
+    let conn = db.connect().await?;
+    let owner_of = |conn: sea_orm::DatabaseConnection, run_id: String| async move {
+        use sea_orm::ConnectionTrait;
+        let row = conn
+            .query_one_raw(sea_orm::Statement::from_string(
+                conn.get_database_backend(),
+                format!("SELECT owner_worker_id FROM runs WHERE run_id = '{run_id}'"),
+            ))
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("run {run_id} not in the store"))?;
+        anyhow::Ok(row.try_get::<Option<String>>("", "owner_worker_id")?)
+    };
+    let admitter = owner_of(conn.clone(), run_id.clone()).await?;
+    let running = wait_run(&mut runs_a, ALICE, &run_id, T, |r| r.status() == RunStatus::Running).await?;
+    assert_eq!((running.attempt, owner_of(conn.clone(), run_id.clone()).await?), (1, admitter), "the admitting replica runs it");
+    let mut other = if admitted_by_a { runs_b.clone() } else { runs_a.clone() };
     // Follow the run from the replica that does not run it: events reach it through the database.
     let mut stream = other.join_run(authed(JoinRunRequest { run_id: run_id.clone(), ..Default::default() }, ALICE)).await?.into_inner();
     other.cancel_run(authed(CancelRunRequest { run_id: run_id.clone(), ..Default::default() }, ALICE)).await?;
     let done = wait_run(&mut other, ALICE, &run_id, T, is_terminal).await?;
     assert_eq!(done.status(), RunStatus::Interrupted);
-    assert_eq!(constructions(owner, &run_id), 1);
+    assert_eq!(done.attempt, 1, "stopped by its owner, not taken over");
     let mut last = None;
     while let Some(event) = tokio::time::timeout(T, stream.next()).await? {
         let event = event?.event.unwrap_or_default();

@@ -290,7 +290,7 @@ impl Agent for ProbeAgent {
                 let end = now_us();
                 PROBE_EMITS.lock().unwrap_or_else(|p| p.into_inner()).push((start, end));
             }
-            Outcome::Completed { stop_reason: "completed".to_owned(), outputs: Outputs::default() }
+            Outcome::Completed { stop_reason: String::new(), outputs: Outputs::default() }
         })
     }
 }

@@ -6,6 +6,12 @@ use antler_kit::Config;
 use antler_kit::config::{ConfigError, check_range};
 use serde::{Deserialize, Serialize};
 
+/// `runs.context_keys` by default: presentation hints a client may pass to the agent.
+pub const DEFAULT_CONTEXT_KEYS: [&str; 4] = ["locale", "timezone", "mode", "client"];
+
+/// Context keys the server owns (never settable by a request, whatever `runs.context_keys` says).
+pub const CONTEXT_OWNED_KEYS: [&str; 3] = ["thread_id", "run_id", "is_internal"];
+
 /// Settings of the runs service. Every limit is configurable; the defaults follow DeerFlow where it
 /// has one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -43,6 +49,13 @@ pub struct RunsConfig {
     pub max_input_messages: u32,
     /// Size of CreateRun metadata (as JSON), in bytes.
     pub max_metadata_bytes: u32,
+    /// Size of a whole CreateRunRequest (also inside StreamRun / WaitRun), in bytes; larger requests
+    /// get RESOURCE_EXHAUSTED naming this setting. Independent of (and below) the server-wide
+    /// `server.max_message_bytes`, which also bounds sandbox uploads.
+    pub max_request_bytes: u32,
+    /// Keys a request may set in `config.context` (made available to the agent as run context);
+    /// any other key is refused with INVALID_ARGUMENT naming it.
+    pub context_keys: Vec<String>,
     /// Live events buffered per run for subscribers; a subscriber further behind re-reads the store.
     pub event_buffer: u32,
     /// The agent runs execute. `lead` (the default): the lead agent, a model ⇄ tools loop through the
@@ -72,6 +85,8 @@ impl Default for RunsConfig {
             max_queued_per_thread: 10,
             max_input_messages: 100,
             max_metadata_bytes: 16 * 1024,
+            max_request_bytes: 4 * 1024 * 1024,
+            context_keys: DEFAULT_CONTEXT_KEYS.iter().map(|k| (*k).to_owned()).collect(),
             event_buffer: 1024,
             agent: AgentKind::Lead,
             lead: Default::default(),
@@ -143,6 +158,19 @@ impl RunsConfig {
         check_range("runs.max_queued_per_thread", self.max_queued_per_thread.into(), 0, 10_000)?;
         check_range("runs.max_input_messages", self.max_input_messages.into(), 1, 100_000)?;
         check_range("runs.max_metadata_bytes", self.max_metadata_bytes.into(), 256, 16 * 1024 * 1024)?;
+        check_range("runs.max_request_bytes", self.max_request_bytes.into(), 4096, 1 << 30)?;
+        check_range("runs.context_keys (entries)", self.context_keys.len() as u64, 0, 256)?;
+        if let Some(key) = self.context_keys.iter().find(|k| {
+            k.is_empty()
+                || antler_kit::input_keys::is_reserved(k)
+                || antler_kit::input_keys::is_credential(k)
+                || CONTEXT_OWNED_KEYS.contains(&k.as_str())
+        }) {
+            return Err(ConfigError::Invalid {
+                path: "runs.context_keys".to_owned(),
+                message: format!("`{key}` cannot be allowed: it is empty, reserved for the server or names a credential"),
+            });
+        }
         check_range("runs.event_buffer", self.event_buffer.into(), 16, 1_000_000)?;
         self.lead.validate()?;
         Ok(())

@@ -39,6 +39,12 @@ impl crate::store::Busy for RunsError {
     }
 }
 
+impl From<antler_kit::input_keys::KeyError> for RunsError {
+    fn from(e: antler_kit::input_keys::KeyError) -> Self {
+        RunsError::InvalidArgument { field: e.field, message: e.message }
+    }
+}
+
 impl From<prost::DecodeError> for RunsError {
     fn from(e: prost::DecodeError) -> Self {
         RunsError::Store(e.into())

@@ -291,7 +291,7 @@ pub async fn follow(store: Store, hub: Arc<EventHub>, sub: Subscription, out: mp
     let mut live = hub.subscribe(&sub.run_id);
     let mut cursor = Cursor { last: sub.after_seq, last_sent: Instant::now() };
     let outcome = async {
-        if cursor.catch_up(&store, &sub, &out).await? {
+        if cursor.catch_up(&store, &sub, &out).await? || cursor.past_the_end(&store, &sub).await?.is_none() {
             return Ok::<bool, Stop>(true);
         }
         loop {
@@ -309,9 +309,12 @@ pub async fn follow(store: Store, hub: Arc<EventHub>, sub: Subscription, out: mp
                             return Ok(true);
                         }
                     }
+                    // The run's channel closes when its END is published: if the END was filtered
+                    // out of what this subscriber reads, or lay at or before its after_seq, the
+                    // stream ends here too.
                     Err(broadcast::error::RecvError::Closed) => {
                         live = hub.subscribe(&sub.run_id);
-                        if cursor.catch_up(&store, &sub, &out).await? {
+                        if cursor.catch_up(&store, &sub, &out).await? || cursor.past_the_end(&store, &sub).await?.is_none() {
                             return Ok(true);
                         }
                     }
@@ -320,8 +323,9 @@ pub async fn follow(store: Store, hub: Arc<EventHub>, sub: Subscription, out: mp
                     if cursor.catch_up(&store, &sub, &out).await? {
                         return Ok(true);
                     }
+                    let Some(status) = cursor.past_the_end(&store, &sub).await? else { return Ok(true) };
                     if cursor.last_sent.elapsed() >= sub.heartbeat {
-                        cursor.heartbeat(&store, &sub, &out).await?;
+                        cursor.heartbeat(&sub, status, &out).await?;
                     }
                 }
                 () = out.closed() => return Err(Stop::ClientGone),
@@ -390,22 +394,31 @@ impl Cursor {
         Ok(end)
     }
 
-    async fn heartbeat(
-        &mut self,
-        store: &Store,
-        sub: &Subscription,
-        out: &mpsc::Sender<Result<RunEvent, tonic::Status>>,
-    ) -> Result<(), Stop> {
-        let status = runs::Entity::find_by_id(sub.run_id.clone())
+    /// The run's status, or None when there is nothing more for this subscriber: the run is terminal
+    /// and its last event is at or before the cursor (a client that joined at or past the END, whose
+    /// END was delivered already, or whose run is gone).
+    async fn past_the_end(&self, store: &Store, sub: &Subscription) -> Result<Option<RunStatus>, Stop> {
+        let row = runs::Entity::find_by_id(sub.run_id.clone())
             .select_only()
             .column(runs::Column::Status)
-            .into_tuple::<String>()
+            .column(runs::Column::LastSeq)
+            .into_tuple::<(String, i64)>()
             .one(store.db())
             .await
-            .ok()
-            .flatten()
-            .map(|s| crate::lifecycle::status_from_str(&s))
-            .unwrap_or(RunStatus::Unspecified);
+            .map_err(|e| Stop::Failed(crate::api::error::to_status(e.into())))?;
+        let Some((status, last_seq)) = row else { return Ok(None) };
+        if crate::lifecycle::is_terminal(&status) && u64::try_from(last_seq).unwrap_or(0) <= self.last {
+            return Ok(None);
+        }
+        Ok(Some(crate::lifecycle::status_from_str(&status)))
+    }
+
+    async fn heartbeat(
+        &mut self,
+        sub: &Subscription,
+        status: RunStatus,
+        out: &mpsc::Sender<Result<RunEvent, tonic::Status>>,
+    ) -> Result<(), Stop> {
         let event = RunEvent {
             run_id: sub.run_id.clone(),
             seq: 0,

@@ -15,16 +15,13 @@ use crate::store::entity::{checkpoints, feedback, run_events, run_inputs, runs, 
 use crate::store::now_ms;
 use crate::time::to_timestamp;
 
-/// Metadata keys only the server sets; stripped from client input.
-const RESERVED_KEYS: [&str; 5] = ["owner_id", "user_id", "owner", "auth_user", "thread_id"];
-
 pub fn valid_thread_id(id: &str) -> bool {
     (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 fn sanitise_metadata(metadata: Option<prost_types::Struct>, max: u32) -> Result<serde_json::Map<String, serde_json::Value>, RunsError> {
     let mut metadata = metadata.unwrap_or_default();
-    metadata.fields.retain(|k, _| !k.starts_with("__") && !RESERVED_KEYS.contains(&k.as_str()));
+    antler_kit::input_keys::check("metadata", &mut metadata, antler_kit::input_keys::Reserved::Refuse, &["thread_id"])?;
     if metadata.encoded_len() > max as usize {
         return Err(RunsError::invalid(
             "metadata",

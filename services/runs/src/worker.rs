@@ -137,7 +137,21 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
     engine.local.lock().unwrap_or_else(|p| p.into_inner()).insert(run.run_id.clone(), local.clone());
     let keep_alive = tokio::spawn(lease::keep_alive(engine.clone(), run.run_id.clone(), local.clone()));
 
-    let mut request = CreateRunRequest::decode(run.request.as_slice()).unwrap_or_default();
+    // A stored request that does not decode fails the run: running an empty request in its place
+    // would do something nobody asked for.
+    let decoded = CreateRunRequest::decode(run.request.as_slice());
+    let corrupt = decoded.as_ref().err().map(|error| RunError {
+        code: "corrupt_request".to_owned(),
+        message: format!(
+            "the run's stored request could not be decoded ({error}); the run was not started\nhint: this is a storage fault: check the runs database, then submit the run again"
+        ),
+        retryable: false,
+        details: None,
+    });
+    if let Some(error) = &corrupt {
+        tracing::error!(run_id = %run.run_id, code = %error.code, "stored request is corrupt; failing the run");
+    }
+    let mut request = decoded.unwrap_or_default();
     let declared = request.expected_outputs.clone();
     // The wall-clock limit counts from the first RUNNING, so a resumed attempt inherits what is left.
     let limit = request
@@ -156,46 +170,50 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
             local.stop(StopCause::Timeout);
         }
     });
-    let outcome = match (resume_point(engine, &run, resumed).await, load_input(engine, &run.run_id, &mut request).await) {
-        (Err(error), _) | (_, Err(error)) => {
-            Outcome::Failed(RunError { code: "resume_failed".to_owned(), message: error.to_string(), retryable: true, details: None })
-        }
-        (Ok(resume_from), Ok(())) => {
-            let secrets = engine.secrets.for_attempt(&run.run_id, request.secrets.keys().cloned().collect());
-            if !secrets.missing().is_empty() {
-                tracing::warn!(
-                    run_id = %run.run_id,
-                    missing = ?secrets.missing(),
-                    "this attempt runs without the run's secrets: they were never stored and were held by the replica that admitted the run"
-                );
+    let outcome = if let Some(error) = corrupt {
+        Outcome::Failed(error)
+    } else {
+        match (resume_point(engine, &run, resumed).await, load_input(engine, &run.run_id, &mut request).await) {
+            (Err(error), _) | (_, Err(error)) => {
+                Outcome::Failed(RunError { code: "resume_failed".to_owned(), message: error.to_string(), retryable: true, details: None })
             }
-            let spec = RunSpec {
-                run_id: run.run_id.clone(),
-                thread_id: run.thread_id.clone(),
-                user_id: run.user_id.clone(),
-                attempt: run.attempt as u32,
-                request,
-                secrets,
-                resume_from,
-                resumed,
-            };
-            match engine.agents.build(&spec) {
-                Ok(agent) => {
-                    let n = engine.constructed.fetch_add(1, Ordering::SeqCst) + 1;
-                    tracing::info!(run_id = %run.run_id, constructed_total = n, "agent constructed");
-                    let ctx = AgentContext { engine: engine.clone(), spec, local: local.clone(), staged: Default::default() };
-                    // A panicking agent must not take the worker down with it.
-                    match tokio::spawn(agent.run(ctx)).await {
-                        Ok(outcome) => outcome,
-                        Err(join) => Outcome::Failed(RunError {
-                            code: "agent_panicked".to_owned(),
-                            message: join.to_string(),
-                            retryable: false,
-                            details: None,
-                        }),
-                    }
+            (Ok(resume_from), Ok(())) => {
+                let secrets = engine.secrets.for_attempt(&run.run_id, request.secrets.keys().cloned().collect());
+                if !secrets.missing().is_empty() {
+                    tracing::warn!(
+                        run_id = %run.run_id,
+                        missing = ?secrets.missing(),
+                        "this attempt runs without the run's secrets: they were never stored and were held by the replica that admitted the run"
+                    );
                 }
-                Err(error) => Outcome::Failed(error),
+                let spec = RunSpec {
+                    run_id: run.run_id.clone(),
+                    thread_id: run.thread_id.clone(),
+                    user_id: run.user_id.clone(),
+                    attempt: run.attempt as u32,
+                    request,
+                    secrets,
+                    resume_from,
+                    resumed,
+                };
+                match engine.agents.build(&spec) {
+                    Ok(agent) => {
+                        let n = engine.constructed.fetch_add(1, Ordering::SeqCst) + 1;
+                        tracing::info!(run_id = %run.run_id, constructed_total = n, "agent constructed");
+                        let ctx = AgentContext { engine: engine.clone(), spec, local: local.clone(), staged: Default::default() };
+                        // A panicking agent must not take the worker down with it.
+                        match tokio::spawn(agent.run(ctx)).await {
+                            Ok(outcome) => outcome,
+                            Err(join) => Outcome::Failed(RunError {
+                                code: "agent_panicked".to_owned(),
+                                message: join.to_string(),
+                                retryable: false,
+                                details: None,
+                            }),
+                        }
+                    }
+                    Err(error) => Outcome::Failed(error),
+                }
             }
         }
     };

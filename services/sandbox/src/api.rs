@@ -184,7 +184,7 @@ impl sandbox_service_server::SandboxService for SandboxApi {
     async fn release_sandbox(&self, request: Request<ReleaseSandboxRequest>) -> Result<Response<ReleaseSandboxResponse>, Status> {
         let user = user(&request)?;
         let r = request.get_ref();
-        let (sandbox, killed) = self.sandboxes.release(&user, &r.thread_id, r.terminate_processes)?;
+        let (sandbox, killed) = self.sandboxes.release(&user, &r.thread_id, r.terminate_processes, r.delete_workspace).await?;
         Ok(Response::new(ReleaseSandboxResponse { sandbox: Some(self.describe(&sandbox)), killed_processes: killed }))
     }
 

@@ -89,7 +89,12 @@ impl SandboxError {
             Errno::NAMETOOLONG => Self::invalid("path", format!("{}: name too long", echo(path))),
             Errno::EXIST => Self::FailedPrecondition(format!("{}: already exists", echo(path))),
             Errno::NOTEMPTY => Self::FailedPrecondition(format!("{}: directory not empty", echo(path))),
-            Errno::NXIO | Errno::AGAIN => Self::wrong_kind(path, "is not a regular file"),
+            Errno::NXIO => Self::wrong_kind(path, "is not a regular file"),
+            // Only reaches here from an open that kept being interrupted (see resolve::open_beneath).
+            Errno::AGAIN => Self::Unavailable(format!(
+                "{}: the file could not be opened because the host's filesystem kept changing during the lookup\nhint: retry",
+                echo(path)
+            )),
             Errno::NOSPC | Errno::DQUOT => Self::Unavailable(format!("{}: no space left on the sandbox's disk", echo(path))),
             Errno::FBIG => Self::ResourceExhausted(format!("{}: file too large for the host", echo(path))),
             Errno::MFILE | Errno::NFILE | Errno::NOMEM => Self::Unavailable(format!("the host is out of resources ({errno})")),

@@ -302,6 +302,13 @@ impl Registry {
     }
 
     /// Releases ACTIVE sandboxes idle for longer than `idle` with no running command. Returns how many.
+    /// Forgets the caller's sandbox of `thread_id` (after its directories were removed).
+    pub fn forget(&self, user_id: &str, thread_id: &str) {
+        let mut inner = self.inner();
+        inner.map.remove(&(user_id.to_owned(), thread_id.to_owned()));
+        metrics::gauge!("antler_sandbox_live").set(inner.map.len() as f64);
+    }
+
     pub fn release_idle(&self, idle: Duration) -> usize {
         let sandboxes: Vec<Arc<Sandbox>> = self.inner().map.values().map(|slot| slot.sandbox.clone()).collect();
         let now = SystemTime::now();

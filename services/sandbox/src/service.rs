@@ -109,12 +109,36 @@ impl Sandboxes {
         Ok(sandbox)
     }
 
-    /// ReleaseSandbox.
-    pub fn release(&self, user_id: &str, thread_id: &str, terminate: bool) -> Result<(Arc<Sandbox>, u32)> {
+    /// ReleaseSandbox; with `delete`, the sandbox is deleted (its commands killed, its directories
+    /// removed, the registry entry forgotten), as DeleteThread needs.
+    pub async fn release(&self, user_id: &str, thread_id: &str, terminate: bool, delete: bool) -> Result<(Arc<Sandbox>, u32)> {
         let sandbox = self.find(user_id, thread_id)?;
-        let killed = sandbox.release(terminate);
-        tracing::info!(sandbox_id = %sandbox.id, thread_id, killed, "sandbox released");
+        let killed = sandbox.release(terminate || delete);
+        if delete {
+            // Let the killed commands finish dying, so nothing of theirs writes into the tree being removed.
+            self.settle(&sandbox).await;
+            let workspace = sandbox.workspace.clone();
+            blocking(move || {
+                workspace.remove().map_err(|e| SandboxError::Unavailable(format!("cannot remove the sandbox's directories: {e}")))
+            })
+            .await?;
+            self.registry.forget(user_id, thread_id);
+            tracing::info!(sandbox_id = %sandbox.id, thread_id, killed, "sandbox deleted");
+        } else {
+            tracing::info!(sandbox_id = %sandbox.id, thread_id, killed, "sandbox released");
+        }
         Ok((sandbox, killed))
+    }
+
+    /// Waits (bounded: a process stuck in the kernel must not hang the call) until no command of
+    /// `sandbox` runs.
+    async fn settle(&self, sandbox: &Sandbox) {
+        for _ in 0..100 {
+            if sandbox.running_commands() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// ResetSandbox: kills commands, forgets locks, optionally empties directories.
@@ -122,14 +146,8 @@ impl Sandboxes {
         let sandbox = self.find(user_id, thread_id)?;
         sandbox.require_active()?;
         let killed = sandbox.kill_all(KillReason::Reset);
-        // Let the killed commands finish dying before their directories are emptied, so nothing of theirs
-        // is written while the tree is removed. Bounded: a process stuck in the kernel must not hang Reset.
-        for _ in 0..100 {
-            if sandbox.running_commands() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        // Let the killed commands finish dying before their directories are emptied.
+        self.settle(&sandbox).await;
         sandbox.locks.clear();
         let workspace = sandbox.workspace.clone();
         let roots = clear.to_vec();

@@ -108,6 +108,14 @@ impl Workspace {
         self.ownership
     }
 
+    /// Removes the thread's directories from the host (symlinks inside are removed, never followed).
+    pub fn remove(&self) -> std::io::Result<()> {
+        match std::fs::remove_dir_all(&self.thread) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+
     /// Whether the workspace was ever created (an acquire happened, maybe before a restart).
     pub fn exists(&self) -> bool {
         self.user_data.is_dir()

@@ -1,12 +1,13 @@
 //! What every Antler service shares: server bootstrap ([`server`]), authentication ([`auth`]), trace
 //! context ([`trace_context`]), the concurrency limit ([`limit`]), shutdown ([`shutdown`]), configuration
-//! ([`config`]), outbound clients ([`client`]), status helpers ([`status`]), secret redaction ([`redact`]), logging ([`telemetry`]) and
+//! ([`config`]), client-supplied map keys ([`input_keys`]), outbound clients ([`client`]), status helpers ([`status`]), secret redaction ([`redact`]), logging ([`telemetry`]) and
 //! the command line every service binary accepts ([`cli`]).
 
 pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod input_keys;
 pub mod limit;
 pub mod message_size;
 pub mod redact;

@@ -16,6 +16,12 @@ pub fn invalid_argument(field: &str, problem: impl Display) -> Status {
     Status::invalid_argument(format!("{field}: {problem}"))
 }
 
+/// INVALID_ARGUMENT naming `field` when a required id is empty (an empty id is bad input, not a
+/// resource that does not exist).
+pub fn required(field: &str, value: &str) -> Result<(), Status> {
+    if value.is_empty() { Err(invalid_argument(field, "is required")) } else { Ok(()) }
+}
+
 /// A downstream service could not be reached; carries `retry-after` (seconds) for clients.
 pub fn unavailable(what: impl Display, retry_after_secs: u64) -> Status {
     let mut status = Status::unavailable(format!("{what}\nhint: retry after {retry_after_secs}s"));

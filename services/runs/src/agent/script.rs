@@ -97,7 +97,8 @@ async fn execute(steps: &[Value], ctx: AgentContext) -> Outcome {
         messages.extend(ctx.spec.request.input.iter().cloned());
     }
     let mut outputs = Outputs::default();
-    let mut stop_reason = "completed".to_owned();
+    // Empty: the agent simply finished (Run.stop_reason is empty for a plain final answer).
+    let mut stop_reason = String::new();
     for (index, step) in steps.iter().enumerate().skip(start) {
         if cancel.is_cancelled() {
             return Outcome::Cancelled { outputs };

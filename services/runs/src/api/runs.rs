@@ -19,6 +19,7 @@ use tonic::{Request, Response, Status};
 use super::convert;
 use crate::engine::Engine;
 use crate::error::RunsError;
+use crate::lifecycle::cancel::CancelCause;
 use crate::lifecycle::{admission, cancel, is_terminal};
 use crate::paging;
 use crate::store::entity::{feedback, runs};
@@ -77,7 +78,7 @@ impl RunApi {
         tokio::spawn(async move {
             let ended = follow(engine.store.clone(), engine.hub.clone(), sub, tx).await;
             if !ended && cancel_on_disconnect {
-                match cancel::cancel(&engine, &user, &thread_id, &run_id, CancelAction::Interrupt).await {
+                match cancel::cancel(&engine, &user, &thread_id, &run_id, CancelAction::Interrupt, CancelCause::ClientDisconnected).await {
                     Ok(_) => tracing::info!(run_id, "client disconnected; run cancelled (on_disconnect = CANCEL)"),
                     Err(error) => tracing::debug!(run_id, %error, "client disconnected; nothing to cancel"),
                 }
@@ -111,7 +112,7 @@ impl Drop for CancelOnDrop {
         }
         let (engine, user, thread_id, run_id) = (self.engine.clone(), self.user.clone(), self.thread_id.clone(), self.run_id.clone());
         tokio::spawn(async move {
-            if cancel::cancel(&engine, &user, &thread_id, &run_id, CancelAction::Interrupt).await.is_ok() {
+            if cancel::cancel(&engine, &user, &thread_id, &run_id, CancelAction::Interrupt, CancelCause::ClientDisconnected).await.is_ok() {
                 tracing::info!(run_id, "WaitRun client went away; run cancelled (on_disconnect = CANCEL)");
             }
         });
@@ -160,6 +161,7 @@ impl RunService for RunApi {
     async fn get_run(&self, request: Request<GetRunRequest>) -> Result<Response<GetRunResponse>, Status> {
         let user = Identity::of(&request)?.user_id.clone();
         let req = request.into_inner();
+        antler_kit::status::required("run_id", &req.run_id)?;
         let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
         Ok(Response::new(GetRunResponse { run: Some(convert::run(&run, false)) }))
     }
@@ -206,9 +208,10 @@ impl RunService for RunApi {
     async fn cancel_run(&self, request: Request<CancelRunRequest>) -> Result<Response<CancelRunResponse>, Status> {
         let user = Identity::of(&request)?.user_id.clone();
         let req = request.into_inner();
+        antler_kit::status::required("run_id", &req.run_id)?;
         let action = CancelAction::try_from(req.action)
             .map_err(|_| antler_kit::status::invalid_argument("action", format!("{} is not a CancelAction", req.action)))?;
-        let winner = cancel::cancel(&self.engine, &user, &req.thread_id, &req.run_id, action).await?;
+        let winner = cancel::cancel(&self.engine, &user, &req.thread_id, &req.run_id, action, CancelCause::Requested).await?;
         let run = if req.wait {
             cancel::wait_terminal(&self.engine, &req.run_id).await?
         } else {
@@ -222,6 +225,7 @@ impl RunService for RunApi {
     async fn join_run(&self, request: Request<JoinRunRequest>) -> Result<Response<Self::JoinRunStream>, Status> {
         let user = Identity::of(&request)?.user_id.clone();
         let req = request.into_inner();
+        antler_kit::status::required("run_id", &req.run_id)?;
         let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
         for (i, kind) in req.kinds.iter().enumerate() {
             if !matches!(EventKind::try_from(*kind), Ok(k) if k != EventKind::Unspecified) {
@@ -241,6 +245,7 @@ impl RunService for RunApi {
     async fn list_run_events(&self, request: Request<ListRunEventsRequest>) -> Result<Response<ListRunEventsResponse>, Status> {
         let user = Identity::of(&request)?.user_id.clone();
         let req = request.into_inner();
+        antler_kit::status::required("run_id", &req.run_id)?;
         let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
         let page = req.page.unwrap_or_default();
         let size = paging::size(page.page_size, 500, 2000);
@@ -271,6 +276,7 @@ impl RunService for RunApi {
     async fn submit_feedback(&self, request: Request<SubmitFeedbackRequest>) -> Result<Response<SubmitFeedbackResponse>, Status> {
         let user = Identity::of(&request)?.user_id.clone();
         let req = request.into_inner();
+        antler_kit::status::required("run_id", &req.run_id)?;
         if req.rating != 1 && req.rating != -1 {
             return Err(antler_kit::status::invalid_argument("rating", format!("{} must be 1 (good) or -1 (bad)", req.rating)));
         }
@@ -316,6 +322,7 @@ impl RunService for RunApi {
     async fn get_token_usage(&self, request: Request<GetTokenUsageRequest>) -> Result<Response<GetTokenUsageResponse>, Status> {
         let user = Identity::of(&request)?.user_id.clone();
         let req = request.into_inner();
+        antler_kit::status::required("thread_id", &req.thread_id)?;
         thread_domain::find(&self.engine, &user, &req.thread_id).await?;
         let mut statuses = vec!["success", "error", "interrupted", "timeout"];
         if req.include_active {

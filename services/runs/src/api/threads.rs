@@ -21,51 +21,31 @@ fn user<T>(request: &Request<T>) -> Result<String, Status> {
     Ok(Identity::of(request)?.user_id.clone())
 }
 
-/// Empties and releases the thread's sandbox workspace (files and running commands). A thread that
+/// Deletes the thread's sandbox (its files, its running commands, the sandbox itself). A thread that
 /// never had a sandbox is fine; an unreachable sandbox service is UNAVAILABLE.
-async fn release_workspace(engine: &Engine, ctx: &antler_kit::CallContext, thread_id: &str) -> Result<(), Status> {
+async fn delete_workspace(engine: &Engine, ctx: &antler_kit::CallContext, thread_id: &str) -> Result<(), Status> {
+    use antler_proto::sandbox::ReleaseSandboxRequest;
     use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
-    use antler_proto::sandbox::{GetSandboxRequest, ReleaseSandboxRequest, ResetSandboxRequest};
     let Some(client) = engine.clients.get("sandbox") else { return Ok(()) };
     let mut grpc = SandboxServiceClient::new(client.channel());
-    let unavailable = |status: Status| {
-        antler_kit::status::unavailable(
+    let delete = ReleaseSandboxRequest { thread_id: thread_id.to_owned(), terminate_processes: true, delete_workspace: true };
+    match grpc.release_sandbox(client.request(ctx, delete)).await {
+        Ok(_) => Ok(()),
+        Err(status) if status.code() == tonic::Code::NotFound => Ok(()),
+        // No sandbox service at the configured endpoint (a runs-only deployment): nothing to delete.
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            tracing::warn!(thread_id, "no sandbox service at clients.sandbox; the thread's workspace (if any) was not deleted");
+            Ok(())
+        }
+        Err(status) => Err(antler_kit::status::unavailable(
             format!(
-                "cannot release the workspace of thread {thread_id}: the sandbox service answered {:?}: {}",
+                "cannot delete the workspace of thread {thread_id}: the sandbox service answered {:?}: {}",
                 status.code(),
                 status.message()
             ),
             1,
-        )
-    };
-    match grpc.get_sandbox(client.request(ctx, GetSandboxRequest { thread_id: thread_id.to_owned() })).await {
-        Err(status) if status.code() == tonic::Code::NotFound => return Ok(()),
-        // No sandbox service at the configured endpoint (a runs-only deployment): nothing to release.
-        Err(status) if status.code() == tonic::Code::Unimplemented => {
-            tracing::warn!(thread_id, "no sandbox service at clients.sandbox; the thread's workspace (if any) was not released");
-            return Ok(());
-        }
-        Err(status) => return Err(unavailable(status)),
-        Ok(_) => {}
+        )),
     }
-    let reset = ResetSandboxRequest { thread_id: thread_id.to_owned(), clear_workspace: true, clear_uploads: true, clear_outputs: true };
-    match grpc.reset_sandbox(client.request(ctx, reset)).await {
-        // A released sandbox is reactivated so its files can be cleared.
-        Err(status) if status.code() == tonic::Code::FailedPrecondition => {
-            grpc.acquire_sandbox(client.request(ctx, antler_proto::sandbox::AcquireSandboxRequest { thread_id: thread_id.to_owned() }))
-                .await
-                .map_err(unavailable)?;
-            let reset =
-                ResetSandboxRequest { thread_id: thread_id.to_owned(), clear_workspace: true, clear_uploads: true, clear_outputs: true };
-            grpc.reset_sandbox(client.request(ctx, reset)).await.map_err(unavailable)?;
-        }
-        Err(status) => return Err(unavailable(status)),
-        Ok(_) => {}
-    }
-    grpc.release_sandbox(client.request(ctx, ReleaseSandboxRequest { thread_id: thread_id.to_owned(), terminate_processes: true }))
-        .await
-        .map_err(unavailable)?;
-    Ok(())
 }
 
 #[tonic::async_trait]
@@ -79,6 +59,7 @@ impl ThreadService for ThreadApi {
 
     async fn get_thread(&self, request: Request<GetThreadRequest>) -> Result<Response<GetThreadResponse>, Status> {
         let user = user(&request)?;
+        antler_kit::status::required("thread_id", &request.get_ref().thread_id)?;
         let thread = domain::find(&self.engine, &user, &request.get_ref().thread_id).await?;
         Ok(Response::new(GetThreadResponse { thread: Some(domain::to_proto(&self.engine, &thread, true).await?) }))
     }
@@ -101,6 +82,7 @@ impl ThreadService for ThreadApi {
     async fn update_thread(&self, request: Request<UpdateThreadRequest>) -> Result<Response<UpdateThreadResponse>, Status> {
         let user = user(&request)?;
         let req = request.into_inner();
+        antler_kit::status::required("thread_id", &req.thread_id)?;
         let thread = domain::update(&self.engine, &user, &req.thread_id, req.title, req.metadata).await?;
         Ok(Response::new(UpdateThreadResponse { thread: Some(domain::to_proto(&self.engine, &thread, false).await?) }))
     }
@@ -109,11 +91,12 @@ impl ThreadService for ThreadApi {
         let user = user(&request)?;
         let ctx = antler_kit::CallContext::from_request(&request)?;
         let req = request.into_inner();
+        antler_kit::status::required("thread_id", &req.thread_id)?;
         let thread = domain::find(&self.engine, &user, &req.thread_id).await?;
         if req.cancel_active_run
             && let (_, Some(active)) = domain::status(&self.engine, &thread).await?
         {
-            cancel::cancel(&self.engine, &user, &req.thread_id, &active, CancelAction::Interrupt).await?;
+            cancel::cancel(&self.engine, &user, &req.thread_id, &active, CancelAction::Interrupt, cancel::CancelCause::Requested).await?;
             cancel::wait_terminal(&self.engine, &active).await?;
         }
         if let (_, Some(active)) = domain::status(&self.engine, &thread).await? {
@@ -125,7 +108,7 @@ impl ThreadService for ThreadApi {
         }
         // The workspace first: if the sandbox service cannot be reached, nothing has been deleted yet
         // and the call can simply be retried.
-        release_workspace(&self.engine, &ctx, &req.thread_id).await?;
+        delete_workspace(&self.engine, &ctx, &req.thread_id).await?;
         let deleted_runs = domain::delete(&self.engine, &user, &req.thread_id).await?;
         tracing::info!(thread_id = %req.thread_id, deleted_runs, "thread deleted");
         Ok(Response::new(DeleteThreadResponse { thread_id: req.thread_id, deleted_runs }))
@@ -134,6 +117,7 @@ impl ThreadService for ThreadApi {
     async fn get_thread_state(&self, request: Request<GetThreadStateRequest>) -> Result<Response<GetThreadStateResponse>, Status> {
         let user = user(&request)?;
         let req = request.into_inner();
+        antler_kit::status::required("thread_id", &req.thread_id)?;
         let thread = domain::find(&self.engine, &user, &req.thread_id).await?;
         let checkpoint = (!req.checkpoint_id.is_empty()).then_some(req.checkpoint_id.as_str());
         Ok(Response::new(GetThreadStateResponse { state: Some(domain::state(&self.engine, &thread, checkpoint).await?) }))
@@ -142,6 +126,7 @@ impl ThreadService for ThreadApi {
     async fn list_thread_history(&self, request: Request<ListThreadHistoryRequest>) -> Result<Response<ListThreadHistoryResponse>, Status> {
         let user = user(&request)?;
         let req = request.into_inner();
+        antler_kit::status::required("thread_id", &req.thread_id)?;
         let thread = domain::find(&self.engine, &user, &req.thread_id).await?;
         let page = req.page.unwrap_or_default();
         let size = paging::size(page.page_size, 10, 100);

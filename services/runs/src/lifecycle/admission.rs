@@ -3,6 +3,7 @@
 //! multitask policy and inserts the run PENDING, or refuses and writes nothing.
 
 use antler_kit::CallContext;
+use antler_kit::input_keys::{self, Reserved};
 use antler_proto::common::Role;
 use antler_proto::models::ListModelsRequest;
 use antler_proto::models::model_service_client::ModelServiceClient;
@@ -16,17 +17,13 @@ use super::{ACTIVE, Ending, FINALIZING, INTERRUPTED, PENDING, end_by_service};
 
 /// Largest request kept whole in the `runs` row; a larger one's input goes to `run_inputs`.
 pub const INLINE_REQUEST_BYTES: usize = 4096;
+use crate::config::CONTEXT_OWNED_KEYS;
 use crate::engine::{Engine, StopCause};
 use crate::error::RunsError;
 use crate::store::entity::{run_inputs, runs, threads};
 use crate::store::now_ms;
 use crate::stream::insert_first;
 use crate::threads::valid_thread_id;
-
-/// Metadata keys that carry credentials: refused, so secrets never land in stored metadata.
-const CREDENTIAL_KEYS: [&str; 7] = ["auth_token", "access_token", "api_key", "authorization", "password", "secret", "token"];
-/// Identity keys only the server may set: stripped when a client sends them.
-const IDENTITY_KEYS: [&str; 4] = ["user_id", "owner_id", "owner", "auth_user"];
 
 /// The result of admission.
 #[derive(Debug)]
@@ -39,6 +36,13 @@ pub struct Admitted {
 /// Validates and sanitises a request in place (no I/O). Errors name the field and the limit.
 pub fn sanitise(engine: &Engine, req: &mut CreateRunRequest) -> Result<(), RunsError> {
     let cfg = &engine.config;
+    let size = req.encoded_len();
+    if size > cfg.max_request_bytes as usize {
+        return Err(RunsError::ResourceExhausted(format!(
+            "the CreateRunRequest is {size} bytes; the limit is {} (runs.max_request_bytes)\nhint: put large files in the thread's sandbox (SandboxService.UploadFiles) and refer to their paths",
+            cfg.max_request_bytes
+        )));
+    }
     if !req.thread_id.is_empty() && !valid_thread_id(&req.thread_id) {
         return Err(RunsError::invalid("thread_id", format!("`{}` must match ^[A-Za-z0-9_-]{{1,64}}$", req.thread_id)));
     }
@@ -69,7 +73,8 @@ pub fn sanitise(engine: &Engine, req: &mut CreateRunRequest) -> Result<(), RunsE
             return Err(RunsError::invalid(format!("input[{i}].content"), "is empty"));
         }
         if let Some(meta) = message.metadata.as_mut() {
-            meta.fields.retain(|key, _| !is_internal_key(key));
+            // Reserved keys are stripped here (a client may echo back messages it read).
+            input_keys::check(&format!("input[{i}].metadata"), meta, Reserved::Strip, &[])?;
         }
     }
     for (i, kind) in req.stream_kinds.iter().enumerate() {
@@ -78,13 +83,7 @@ pub fn sanitise(engine: &Engine, req: &mut CreateRunRequest) -> Result<(), RunsE
         }
     }
     if let Some(meta) = req.metadata.as_mut() {
-        if let Some(key) = meta.fields.keys().find(|k| CREDENTIAL_KEYS.contains(&k.to_ascii_lowercase().as_str())) {
-            return Err(RunsError::invalid(
-                format!("metadata.{key}"),
-                "looks like a credential; pass credentials in `secrets`, which are never stored",
-            ));
-        }
-        meta.fields.retain(|key, _| !is_internal_key(key));
+        input_keys::check("metadata", meta, Reserved::Refuse, &[])?;
         let size = meta.encoded_len();
         if size > cfg.max_metadata_bytes as usize {
             return Err(RunsError::invalid(
@@ -139,7 +138,20 @@ pub fn sanitise(engine: &Engine, req: &mut CreateRunRequest) -> Result<(), RunsE
         _ => Some(prost_types::Duration { seconds: limit, nanos: 0 }),
     };
     if let Some(context) = config.context.as_mut() {
-        context.fields.retain(|key, _| !is_internal_key(key));
+        input_keys::check("config.context", context, Reserved::Refuse, &CONTEXT_OWNED_KEYS)?;
+        if let Some(key) = context.fields.keys().find(|k| !cfg.context_keys.contains(k)) {
+            return Err(RunsError::invalid(
+                format!("config.context.{key}"),
+                format!("is not an allowed context key; allowed: {} (runs.context_keys)", cfg.context_keys.join(", ")),
+            ));
+        }
+        let size = context.encoded_len();
+        if size > cfg.max_metadata_bytes as usize {
+            return Err(RunsError::invalid(
+                "config.context",
+                format!("{size} bytes; the limit is {} (runs.max_metadata_bytes)", cfg.max_metadata_bytes),
+            ));
+        }
     }
     if MultitaskStrategy::try_from(req.multitask_strategy).is_err() {
         return Err(RunsError::invalid("multitask_strategy", format!("{} is not a MultitaskStrategy", req.multitask_strategy)));
@@ -148,11 +160,6 @@ pub fn sanitise(engine: &Engine, req: &mut CreateRunRequest) -> Result<(), RunsE
         return Err(RunsError::invalid("on_disconnect", format!("{} is not an OnDisconnect", req.on_disconnect)));
     }
     Ok(())
-}
-
-/// Keys a client may not set: `__*` (internal) and identity keys.
-fn is_internal_key(key: &str) -> bool {
-    key.starts_with("__") || IDENTITY_KEYS.contains(&key)
 }
 
 /// What makes two requests "the same" for an idempotency key: everything but request-scoped
@@ -347,6 +354,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
                 let ending = Ending { status: INTERRUPTED, stop_reason: "superseded".to_owned(), error: None, rollback };
                 runs::Entity::update_many()
                     .col_expr(runs::Column::CancelAction, sea_orm::sea_query::Expr::value(action))
+                    .col_expr(runs::Column::CancelCause, sea_orm::sea_query::Expr::value(super::cancel::CancelCause::Superseded.as_str()))
                     .filter(runs::Column::RunId.eq(active.run_id.as_str()))
                     .filter(runs::Column::CancelAction.is_null())
                     .exec(&*tx)
@@ -395,6 +403,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         owner_worker_id: Some(engine.worker_id.clone()),
         lease_expires_at: Some(now + engine.config.lease().as_millis() as i64),
         cancel_action: None,
+        cancel_cause: None,
         idempotency_key: (!req.idempotency_key.is_empty()).then(|| req.idempotency_key.clone()),
         fingerprint: fp.to_owned(),
         multitask_strategy: format!("{strategy:?}").to_ascii_lowercase(),

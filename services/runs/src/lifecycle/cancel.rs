@@ -1,5 +1,6 @@
-//! CancelRun: the first cancel request wins (durable `cancel_action`), and beats a completion that
-//! races it (finalize only enters FINALIZING while no cancel was requested).
+//! CancelRun: the first cancel request wins (durable `cancel_action` and `cancel_cause`), beats a
+//! completion that races it (finalize only enters FINALIZING while no cancel was requested), and a
+//! cancelled run ends INTERRUPTED without passing through FINALIZING.
 
 use antler_proto::runs::{CancelAction, RunEvent};
 use sea_orm::sea_query::Expr;
@@ -24,48 +25,97 @@ pub fn action_from_str(action: Option<&str>) -> CancelAction {
     }
 }
 
-/// Requests cancellation of `run_id` (owned by `user_id`). Returns the winning action.
+/// Why a cancel was requested. Decided, with the action, by the first request; it becomes the run's
+/// stop_reason, so an operator can tell an explicit cancel from a client that went away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelCause {
+    /// CancelRun (or DeleteThread of a thread with an active run).
+    Requested,
+    /// The StreamRun / WaitRun / JoinRun client went away with on_disconnect CANCEL.
+    ClientDisconnected,
+    /// A newer run on the thread with multitask_strategy INTERRUPT or ROLLBACK.
+    Superseded,
+}
+
+impl CancelCause {
+    /// The stored form (`runs.cancel_cause`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelCause::Requested => "requested",
+            CancelCause::ClientDisconnected => "client_disconnected",
+            CancelCause::Superseded => "superseded",
+        }
+    }
+
+    /// The stored form back; a run cancelled before causes were recorded counts as requested.
+    pub fn parse(stored: Option<&str>) -> Self {
+        match stored {
+            Some("client_disconnected") => CancelCause::ClientDisconnected,
+            Some("superseded") => CancelCause::Superseded,
+            _ => CancelCause::Requested,
+        }
+    }
+}
+
+/// How a run whose cancel request won ends: INTERRUPTED, with the stop_reason its cause and action
+/// give ("cancelled", "rolled_back", "client_disconnected", "superseded"). Every path that closes a
+/// cancelled run (this module, the worker's finalization, the sweeper) ends it with this.
+pub fn ending_of(run: &runs::Model) -> Ending {
+    let rollback = run.cancel_action.as_deref() == Some("rollback");
+    let stop_reason = match CancelCause::parse(run.cancel_cause.as_deref()) {
+        CancelCause::Superseded => "superseded",
+        CancelCause::ClientDisconnected => "client_disconnected",
+        CancelCause::Requested if rollback => "rolled_back",
+        CancelCause::Requested => "cancelled",
+    };
+    Ending { status: INTERRUPTED, stop_reason: stop_reason.to_owned(), error: None, rollback }
+}
+
+/// Requests cancellation of `run_id` (owned by `user_id`) for `cause`. Returns the winning action.
+///
+/// Idempotent: once a cancel has won, every further request — while the run stops and after it is
+/// INTERRUPTED — answers OK with the same action and changes nothing, so a client may retry a cancel
+/// that timed out. A run whose agent already completed (FINALIZING, or a terminal status other than
+/// INTERRUPTED) is not cancellable: FAILED_PRECONDITION.
 pub async fn cancel(
     engine: &Engine,
     user_id: &str,
     thread_id: &str,
     run_id: &str,
     action: CancelAction,
+    cause: CancelCause,
 ) -> Result<CancelAction, RunsError> {
     let action = if action == CancelAction::Unspecified { CancelAction::Interrupt } else { action };
     let mut events: Vec<RunEvent> = Vec::new();
     let tx = engine.store.tx().await?;
-    let run = runs::Entity::find_by_id(run_id.to_owned())
-        .filter(runs::Column::UserId.eq(user_id))
-        .one(&*tx)
+    let find = || runs::Entity::find_by_id(run_id.to_owned()).filter(runs::Column::UserId.eq(user_id)).one(&*tx);
+    let run = find()
         .await?
         .filter(|r| thread_id.is_empty() || r.thread_id == thread_id)
         .ok_or_else(|| RunsError::NotFound(format!("run {run_id}")))?;
     if run.status == INTERRUPTED {
         return Ok(action_from_str(run.cancel_action.as_deref().or(Some("interrupt"))));
     }
-    if is_terminal(&run.status) || run.status == FINALIZING {
-        return Err(RunsError::FailedPrecondition(format!(
-            "run {run_id} is not cancellable (status: {})",
-            status_from_str(&run.status).as_str_name().trim_start_matches("RUN_STATUS_")
-        )));
+    not_cancellable(&run)?;
+    if run.cancel_action.is_none() {
+        // The first request wins; only a run that has not completed can be cancelled.
+        runs::Entity::update_many()
+            .col_expr(runs::Column::CancelAction, Expr::value(action_str(action)))
+            .col_expr(runs::Column::CancelCause, Expr::value(cause.as_str()))
+            .col_expr(runs::Column::UpdatedAt, Expr::value(now_ms()))
+            .filter(runs::Column::RunId.eq(run_id))
+            .filter(runs::Column::CancelAction.is_null())
+            .filter(runs::Column::Status.is_in([PENDING, RUNNING]))
+            .exec(&*tx)
+            .await?;
     }
-    // Record the request durably; the first one wins.
-    runs::Entity::update_many()
-        .col_expr(runs::Column::CancelAction, Expr::value(action_str(action)))
-        .col_expr(runs::Column::UpdatedAt, Expr::value(now_ms()))
-        .filter(runs::Column::RunId.eq(run_id))
-        .filter(runs::Column::CancelAction.is_null())
-        .exec(&*tx)
-        .await?;
-    let winner = runs::Entity::find_by_id(run_id.to_owned())
-        .one(&*tx)
-        .await?
-        .and_then(|r| r.cancel_action)
-        .unwrap_or_else(|| action_str(action).to_owned());
-    let rollback = winner == "rollback";
-    let ending =
-        Ending { status: INTERRUPTED, stop_reason: if rollback { "rolled_back" } else { "cancelled" }.to_owned(), error: None, rollback };
+    let run = find().await?.ok_or_else(|| RunsError::NotFound(format!("run {run_id}")))?;
+    let Some(winner) = run.cancel_action.clone() else {
+        // A completion entered FINALIZING between our read and our write.
+        not_cancellable(&run)?;
+        return Err(RunsError::FailedPrecondition(format!("run {run_id} could not be cancelled\nhint: read its outcome with GetRun")));
+    };
+    let ending = ending_of(&run);
     let mut promoted = false;
     let lease_dead = run.lease_expires_at.is_none_or(|l| l < now_ms() - engine.config.grace().as_millis() as i64);
     if run.status == PENDING {
@@ -86,15 +136,33 @@ pub async fn cancel(
     if run.status == RUNNING
         && let Some(local) = engine.local_run(run_id)
     {
-        // Running here: stop the agent now. A run on another live replica sees the request at its
-        // next lease renewal.
+        // Running here: stop the agent now; the worker ends the run INTERRUPTED. A run on another
+        // live replica sees the request at its next lease renewal.
         local.stop(StopCause::Cancel);
     }
     if promoted {
         engine.wake.notify_one();
     }
-    tracing::info!(run_id, action = %winner, "cancel requested");
+    tracing::info!(run_id, action = %winner, cause = cause.as_str(), "cancel requested");
     Ok(action_from_str(Some(&winner)))
+}
+
+/// FAILED_PRECONDITION for a run past the point where a cancel can win.
+fn not_cancellable(run: &runs::Model) -> Result<(), RunsError> {
+    let status = status_from_str(&run.status).as_str_name().trim_start_matches("RUN_STATUS_");
+    if run.status == FINALIZING {
+        return Err(RunsError::FailedPrecondition(format!(
+            "run {} is not cancellable (status: {status}): its agent already completed and its outcome is being written\nhint: read the outcome with GetRun in a moment",
+            run.run_id
+        )));
+    }
+    if is_terminal(&run.status) && run.status != INTERRUPTED {
+        return Err(RunsError::FailedPrecondition(format!(
+            "run {} is not cancellable (status: {status}): it already ended\nhint: read the outcome with GetRun",
+            run.run_id
+        )));
+    }
+    Ok(())
 }
 
 /// Waits until `run_id` is terminal (polling the store; bounded by the caller's deadline).

@@ -11,7 +11,7 @@ use prost::Message;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 
-use super::{ERROR, FINALIZING, INTERRUPTED, RUNNING, SUCCESS, TIMEOUT, promote_next_queued, restore_head, status_from_str};
+use super::{ERROR, FINALIZING, INTERRUPTED, RUNNING, SUCCESS, TIMEOUT, cancel, end_run, promote_next_queued, status_from_str};
 use crate::engine::Engine;
 use crate::error::RunsError;
 use crate::store::entity::runs;
@@ -89,10 +89,8 @@ pub async fn finalize(
     let worker = engine.worker_id.as_str();
     let (mut status, mut stop_reason, mut error, outputs, cancelled) = match outcome {
         Outcome::Completed { stop_reason, outputs } => (SUCCESS, stop_reason, None, outputs, false),
-        Outcome::Failed(error) => {
-            let stop_reason = if error.code.starts_with("delivery_") { error.code.clone() } else { "error".to_owned() };
-            (ERROR, stop_reason, Some(error), Outputs::default(), false)
-        }
+        // A failed run's stop_reason is its error code (documented with RunError.code).
+        Outcome::Failed(error) => (ERROR, error.code.clone(), Some(error), Outputs::default(), false),
         Outcome::Cancelled { outputs } => (INTERRUPTED, "cancelled".to_owned(), None, outputs, true),
         Outcome::TimedOut { limit, outputs } => {
             let error = RunError {
@@ -136,29 +134,26 @@ pub async fn finalize(
             .filter(runs::Column::OwnerWorkerId.eq(worker))
             .filter(runs::Column::Status.eq(RUNNING))
     };
-    let mut entered = if cancelled {
+    let entered = if cancelled {
         0
     } else {
         enter(status, &stop_reason, &error).filter(runs::Column::CancelAction.is_null()).exec(&*tx).await?.rows_affected
     };
-    let mut rollback = false;
     if entered == 0 {
+        // Cancelled, or a cancel request raced this completion and won: the run ends INTERRUPTED
+        // here, in one step — nothing remains to deliver, so there is no FINALIZING and no receipt.
         let current = runs::Entity::find_by_id(run.run_id.clone()).one(&*tx).await?;
-        match current {
-            Some(current)
-                if current.status == RUNNING && current.owner_worker_id.as_deref() == Some(worker) && current.cancel_action.is_some() =>
-            {
-                rollback = current.cancel_action.as_deref() == Some("rollback");
-                status = INTERRUPTED;
-                stop_reason = if rollback { "rolled_back" } else { "cancelled" }.to_owned();
-                error = None;
-                entered = enter(status, &stop_reason, &error).exec(&*tx).await?.rows_affected;
-            }
-            _ => {}
+        let Some(current) = current.filter(|c| c.cancel_action.is_some()) else { return Ok(None) };
+        let Some(end) = end_run(&*tx, &current, &[RUNNING], Some(worker), &cancel::ending_of(&current)).await? else {
+            return Ok(None);
+        };
+        let promoted = promote_next_queued(&*tx, &run.user_id, &run.thread_id).await?;
+        tx.commit().await?;
+        tracing::info!(run_id = %run.run_id, stop_reason = %cancel::ending_of(&current).stop_reason, "run interrupted");
+        if promoted {
+            engine.wake.notify_one();
         }
-    }
-    if entered == 0 {
-        return Ok(None);
+        return Ok(Some(vec![end]));
     }
     let mut events = Vec::new();
     let Some(delivery) = append(&*tx, &run.run_id, &run.thread_id, Writer::Owner(worker), Kind::Delivery(receipt)).await? else {
@@ -185,9 +180,6 @@ pub async fn finalize(
         .rows_affected;
     if closed == 0 {
         return Ok(Some(events));
-    }
-    if rollback {
-        restore_head(&*tx, run).await?;
     }
     let end = Kind::End(EndEvent {
         status: status_from_str(status) as i32,

@@ -133,14 +133,8 @@ pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError>
                 rollback: run.cancel_action.as_deref() == Some("rollback"),
             };
             end_by_service(&*tx, &run, &[FINALIZING], &ending).await?
-        } else if let Some(action) = run.cancel_action.as_deref() {
-            let ending = Ending {
-                status: INTERRUPTED,
-                stop_reason: if action == "rollback" { "rolled_back" } else { "cancelled" }.to_owned(),
-                error: None,
-                rollback: action == "rollback",
-            };
-            end_by_service(&*tx, &run, &[RUNNING], &ending).await?
+        } else if run.cancel_action.is_some() {
+            end_by_service(&*tx, &run, &[RUNNING], &super::cancel::ending_of(&run)).await?
         } else if run.attempt >= engine.config.max_attempts as i32 {
             let error = RunError {
                 code: "max_attempts_exceeded".to_owned(),

@@ -76,8 +76,24 @@ pub async fn end_by_service(
     from: &[&str],
     ending: &Ending,
 ) -> Result<Option<RunEvent>, RunsError> {
+    end_run(db, run, from, None, ending).await
+}
+
+/// [`end_by_service`], but when `owner` is given only while that worker still owns the run (a worker
+/// closing its own run must not close one that was taken over).
+pub async fn end_run(
+    db: &impl ConnectionTrait,
+    run: &runs::Model,
+    from: &[&str],
+    owner: Option<&str>,
+    ending: &Ending,
+) -> Result<Option<RunEvent>, RunsError> {
     let now = now_ms();
-    let changed = runs::Entity::update_many()
+    let mut update = runs::Entity::update_many();
+    if let Some(owner) = owner {
+        update = update.filter(runs::Column::OwnerWorkerId.eq(owner));
+    }
+    let changed = update
         .col_expr(runs::Column::Status, Expr::value(ending.status))
         .col_expr(runs::Column::StopReason, Expr::value(ending.stop_reason.clone()))
         .col_expr(runs::Column::ErrorCode, Expr::value(ending.error.as_ref().map(|e| e.code.clone())))

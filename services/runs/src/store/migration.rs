@@ -10,7 +10,7 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(Initial), Box::new(ToolEffects), Box::new(RunInputs)]
+        vec![Box::new(Initial), Box::new(ToolEffects), Box::new(RunInputs), Box::new(CancelCause)]
     }
 
     fn migration_table_name() -> DynIden {
@@ -206,6 +206,29 @@ impl MigrationTrait for RunInputs {
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager.get_connection().execute_unprepared("DROP TABLE IF EXISTS run_inputs").await?;
+        Ok(())
+    }
+}
+
+/// Why a cancel was requested (`runs.cancel_cause`), decided with `cancel_action` by the first
+/// request: it becomes the run's stop_reason ("cancelled", "client_disconnected", "superseded").
+struct CancelCause;
+
+impl MigrationName for CancelCause {
+    fn name(&self) -> &str {
+        "m0004_cancel_cause"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for CancelCause {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.get_connection().execute_unprepared("ALTER TABLE runs ADD COLUMN cancel_cause TEXT").await?;
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.get_connection().execute_unprepared("ALTER TABLE runs DROP COLUMN cancel_cause").await?;
         Ok(())
     }
 }

@@ -3,6 +3,10 @@
 //! a bwrap server. Afterwards the host filesystem is compared with a snapshot taken before: nothing
 //! outside the attacking thread's own directories may have changed, and no response or error message may
 //! contain a canary's content or a host path the client did not send itself.
+//!
+//! The whole corpus runs under a rename storm (another thread renaming files on the host without pause),
+//! which makes the kernel's RESOLVE_BENEATH lookups answer EAGAIN whenever they cross `..`: the answers
+//! must be the same as on a quiet host.
 
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
@@ -276,8 +280,49 @@ const RPCS: &[&str] = &[
     "UploadFiles.filename",
 ];
 
+/// Renames two files back and forth on the host until dropped. Every rename bumps the kernel's global
+/// rename sequence, which is what makes an openat2 walk that crosses `..` fail with EAGAIN.
+struct RenameStorm {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    worker: Option<std::thread::JoinHandle<u64>>,
+    _dir: tempfile::TempDir,
+}
+
+impl RenameStorm {
+    fn start() -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, "x")?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let worker = std::thread::spawn(move || {
+            let mut renames = 0u64;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                if std::fs::rename(&a, &b).and_then(|()| std::fs::rename(&b, &a)).is_ok() {
+                    renames += 2;
+                }
+                // Leave the other core some room: the storm only has to be frequent, not total.
+                if renames.is_multiple_of(512) {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            renames
+        });
+        Ok(Self { stop, worker: Some(worker), _dir: dir })
+    }
+
+    /// Stops the storm; returns how many renames it made.
+    fn stop(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.worker.take().and_then(|w| w.join().ok()).unwrap_or(0)
+    }
+}
+
 async fn run_corpus(sandbox_yaml: &str) -> anyhow::Result<()> {
     let mut f = fixture(sandbox_yaml).await?;
+    let storm = RenameStorm::start()?;
+    let fallbacks_before = antler_sandbox::resolve::userspace_fallbacks();
+    let retries_before = antler_sandbox::resolve::eagain_retries();
     // Links made by the agent's own commands (inside bwrap they point at what the sandbox sees; the file
     // tools resolve them on the host, beneath the root).
     let made = common::exec(
@@ -343,7 +388,16 @@ async fn run_corpus(sandbox_yaml: &str) -> anyhow::Result<()> {
     if std::fs::read_to_string(f.outside.join("secret.txt")).ok().as_deref() != Some(OUTSIDE_CANARY) {
         failures.push("the outside canary changed".to_owned());
     }
-    println!("hostile-path corpus: {} cases x {} RPCs, {} failures", cases.len(), RPCS.len(), failures.len());
+    let renames = storm.stop();
+    println!(
+        "hostile-path corpus: {} cases x {} RPCs, {} failures; under {renames} host renames ({} EAGAIN retried, {} lookups finished in user space)",
+        cases.len(),
+        RPCS.len(),
+        failures.len(),
+        antler_sandbox::resolve::eagain_retries() - retries_before,
+        antler_sandbox::resolve::userspace_fallbacks() - fallbacks_before
+    );
+    assert!(renames > 1000, "the rename storm did not run ({renames} renames)");
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
     Ok(())
 }
@@ -360,4 +414,47 @@ async fn hostile_paths_are_refused_with_the_bwrap_provider() -> anyhow::Result<(
         return Ok(());
     }
     bounded(run_corpus("provider: bwrap")).await
+}
+
+/// The user-space walk that takes over when openat2 keeps answering EAGAIN gives the kernel's answers on
+/// every case of the corpus that is a path relative to the workspace (the rest never reach a lookup).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_and_user_space_lookups_agree_on_the_corpus() -> anyhow::Result<()> {
+    use antler_sandbox::resolve::{open_beneath, open_resolving_in_userspace, open_root};
+    use rustix::fs::{Mode, OFlags};
+    bounded(async {
+        let mut f = fixture("provider: local\nallow_host_bash: true").await?;
+        common::exec(
+            &mut f.client,
+            ALICE_KEY,
+            ATTACKER,
+            "mkdir cmd-dir && ln -s ../../.. cmd-dir/up2 && ln -s ../../../../../../../../../etc cmd-up",
+            Duration::from_secs(20),
+        )
+        .await?;
+        let root = open_root(&f.server.host_root("alice", ATTACKER, "workspace"))?;
+        let mut compared = 0;
+        for (path, _) in corpus(&f) {
+            let relative = !path.starts_with('/') && !path.contains('\0') && !path.split('/').any(|c| c == "..");
+            if !relative {
+                continue;
+            }
+            for flags in [OFlags::RDONLY | OFlags::NONBLOCK, OFlags::PATH | OFlags::DIRECTORY, OFlags::PATH] {
+                let kernel = open_beneath(&root, &path, flags, Mode::empty()).map(|_| ());
+                let by_hand = open_resolving_in_userspace(&root, &path, flags | OFlags::CLOEXEC, Mode::empty()).map(|_| ());
+                assert_eq!(kernel, by_hand, "{path:?} with {flags:?}");
+                compared += 1;
+            }
+        }
+        for rel in ["cmd-dir/up2/plain.txt", "sub/../plain.txt", "cmd-dir/up2/outside/secret.txt", "sub/link-up-up/secret.txt"] {
+            let kernel = open_beneath(&root, rel, OFlags::RDONLY, Mode::empty()).map(|_| ());
+            let by_hand = open_resolving_in_userspace(&root, rel, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map(|_| ());
+            assert_eq!(kernel, by_hand, "{rel}");
+            compared += 1;
+        }
+        println!("kernel and user-space lookups compared on {compared} (path, flags) pairs");
+        assert!(compared > 60, "only {compared} comparisons");
+        Ok(())
+    })
+    .await
 }

@@ -50,7 +50,12 @@ async fn two_users_with_one_thread_id_never_share_a_workspace() -> anyhow::Resul
         expect_code(client.get_sandbox(req(BOB_KEY, GetSandboxRequest { thread_id: "shared".into() })).await, Code::NotFound, "bob get");
         expect_code(common::read(&mut client, BOB_KEY, "shared", "mine.txt").await, Code::NotFound, "bob read");
         expect_code(
-            client.release_sandbox(req(BOB_KEY, ReleaseSandboxRequest { thread_id: "shared".into(), terminate_processes: true })).await,
+            client
+                .release_sandbox(req(
+                    BOB_KEY,
+                    ReleaseSandboxRequest { thread_id: "shared".into(), terminate_processes: true, ..Default::default() },
+                ))
+                .await,
             Code::NotFound,
             "bob release",
         );
@@ -79,7 +84,10 @@ async fn released_sandboxes_keep_files_refuse_writes_and_come_back() -> anyhow::
         common::acquire(&mut client, ALICE_KEY, "t").await?;
         common::write(&mut client, ALICE_KEY, "t", "a.txt", "kept").await?;
         let released = client
-            .release_sandbox(req(ALICE_KEY, ReleaseSandboxRequest { thread_id: "t".into(), terminate_processes: false }))
+            .release_sandbox(req(
+                ALICE_KEY,
+                ReleaseSandboxRequest { thread_id: "t".into(), terminate_processes: false, ..Default::default() },
+            ))
             .await?
             .into_inner();
         let sandbox = released.sandbox.unwrap_or_default();
@@ -104,6 +112,43 @@ async fn released_sandboxes_keep_files_refuse_writes_and_come_back() -> anyhow::
 }
 
 #[tokio::test]
+async fn release_with_delete_workspace_kills_removes_and_forgets_the_sandbox() -> anyhow::Result<()> {
+    bounded(async {
+        let server = common::start("provider: local\nallow_host_bash: true").await?;
+        let mut client = server.client().await?;
+        common::acquire(&mut client, ALICE_KEY, "gone").await?;
+        common::write(&mut client, ALICE_KEY, "gone", "/mnt/user-data/outputs/a.txt", "data").await?;
+        let mut runner = client.clone();
+        let running =
+            tokio::spawn(async move { common::exec(&mut runner, ALICE_KEY, "gone", "echo up; sleep 30", Duration::from_secs(60)).await });
+        wait_running(&mut client, "gone", 1).await?;
+        let thread_dir = server.host_root("alice", "gone", "outputs").parent().and_then(|p| p.parent()).map(|p| p.to_path_buf());
+        let thread_dir = thread_dir.ok_or_else(|| anyhow::anyhow!("no thread directory"))?;
+        assert!(thread_dir.is_dir(), "{thread_dir:?}");
+        let deleted = client
+            .release_sandbox(req(
+                ALICE_KEY,
+                ReleaseSandboxRequest { thread_id: "gone".into(), delete_workspace: true, ..Default::default() },
+            ))
+            .await?
+            .into_inner();
+        assert_eq!(deleted.killed_processes, 1, "deleting kills, also without terminate_processes");
+        assert!(running.await??.exit.killed);
+        assert!(!thread_dir.exists(), "the thread's directories are gone: {thread_dir:?}");
+        expect_code(
+            client.get_sandbox(req(ALICE_KEY, GetSandboxRequest { thread_id: "gone".into() })).await,
+            Code::NotFound,
+            "a deleted sandbox is forgotten",
+        );
+        let again = common::acquire(&mut client, ALICE_KEY, "gone").await?;
+        assert!(again.created, "a later acquire starts a new, empty sandbox");
+        expect_code(common::read(&mut client, ALICE_KEY, "gone", "/mnt/user-data/outputs/a.txt").await, Code::NotFound, "old file");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
 async fn release_with_terminate_kills_running_commands() -> anyhow::Result<()> {
     bounded(async {
         let server = common::start("provider: local\nallow_host_bash: true").await?;
@@ -114,7 +159,10 @@ async fn release_with_terminate_kills_running_commands() -> anyhow::Result<()> {
             tokio::spawn(async move { common::exec(&mut runner, ALICE_KEY, "t", "echo up; sleep 30", Duration::from_secs(60)).await });
         wait_running(&mut client, "t", 1).await?;
         let released = client
-            .release_sandbox(req(ALICE_KEY, ReleaseSandboxRequest { thread_id: "t".into(), terminate_processes: true }))
+            .release_sandbox(req(
+                ALICE_KEY,
+                ReleaseSandboxRequest { thread_id: "t".into(), terminate_processes: true, ..Default::default() },
+            ))
             .await?
             .into_inner();
         assert_eq!(released.killed_processes, 1);

@@ -77,8 +77,10 @@ impl RunEnv {
     /// effort: the sandbox service also releases idle sandboxes itself.
     pub async fn release_sandbox(&self) {
         let (Some(_), Some(client)) = (self.sandbox.get(), self.ctx.clients().get("sandbox")) else { return };
-        let request = client
-            .request(&self.ctx.call_context(), ReleaseSandboxRequest { thread_id: self.thread_id().to_owned(), terminate_processes: true });
+        let request = client.request(
+            &self.ctx.call_context(),
+            ReleaseSandboxRequest { thread_id: self.thread_id().to_owned(), terminate_processes: true, ..Default::default() },
+        );
         match SandboxServiceClient::new(client.channel()).release_sandbox(request).await {
             Ok(_) => tracing::debug!(run_id = %self.ctx.spec.run_id, "sandbox released"),
             Err(status) => {

@@ -84,8 +84,8 @@ impl AgentFactory for LeadFactory {
             details: None,
         })?;
         let tools = ToolSet::builtin(plan_mode);
-        let system_prompt =
-            if self.config.system_prompt.is_empty() { prompt::SYSTEM_PROMPT.to_owned() } else { self.config.system_prompt.clone() };
+        let base = if self.config.system_prompt.is_empty() { prompt::SYSTEM_PROMPT.to_owned() } else { self.config.system_prompt.clone() };
+        let system_prompt = prompt::with_context(base, spec.request.config.as_ref().and_then(|c| c.context.as_ref()));
         Ok(Box::new(LeadAgent { pipeline, executor: ExecuteTool { tools: tools.clone() }, tools, system_prompt }))
     }
 }

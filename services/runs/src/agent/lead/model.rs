@@ -49,7 +49,7 @@ async fn stream_turn(env: &RunEnv, request: ChatRequest) -> ModelResult {
     };
     let mut stream = opened.map_err(model_status)?.into_inner();
     let (mut text_offset, mut thinking_offset) = (0u64, 0u64);
-    let mut argument_offsets: Vec<u64> = Vec::new();
+    let mut argument_offsets = ArgumentOffsets::default();
     // Deltas are written whenever the stream has nothing more ready, one write in flight at a time:
     // chunks that arrive together (or during a write) go in one transaction, each with its own seq,
     // and a model slower than the write path — any real one — sees each delta written at once.
@@ -101,17 +101,12 @@ async fn stream_turn(env: &RunEnv, request: ChatRequest) -> ModelResult {
                 MessageDelta { tool_calls: vec![tool], ..base(&message_id) }
             }
             Some(Delta::ToolCallDelta(d)) if !d.arguments_delta.is_empty() => {
-                let index = d.index as usize;
-                if argument_offsets.len() <= index {
-                    argument_offsets.resize(index + 1, 0);
-                }
                 let tool = ToolCallDelta {
                     index: d.index,
                     arguments: d.arguments_delta.clone(),
-                    arguments_offset: argument_offsets[index],
+                    arguments_offset: argument_offsets.advance(d.index, d.arguments_delta.len()),
                     ..ToolCallDelta::default()
                 };
-                argument_offsets[index] += d.arguments_delta.len() as u64;
                 MessageDelta { tool_calls: vec![tool], ..base(&message_id) }
             }
             Some(Delta::Finish(finish)) => {
@@ -143,6 +138,22 @@ async fn stream_turn(env: &RunEnv, request: ChatRequest) -> ModelResult {
     }
 }
 
+/// Where each tool call's next argument delta starts, keyed by the index the models service sends.
+/// A map grows with the deltas received, never with the value of an index: a Vec resized to a hostile
+/// or buggy index would allocate whatever that index asks for.
+#[derive(Debug, Default)]
+struct ArgumentOffsets(std::collections::HashMap<u32, u64>);
+
+impl ArgumentOffsets {
+    /// The offset of a delta of `len` bytes for call `index`; the next one starts after it.
+    fn advance(&mut self, index: u32, len: usize) -> u64 {
+        let offset = self.0.entry(index).or_insert(0);
+        let start = *offset;
+        *offset += len as u64;
+        start
+    }
+}
+
 /// The write in flight, or never when there is none.
 async fn wait(writing: &mut Option<BoxFuture<'_, Result<(), crate::agent::Fenced>>>) -> Result<(), crate::agent::Fenced> {
     match writing.as_mut() {
@@ -165,5 +176,21 @@ fn model_status(status: tonic::Status) -> LoopError {
         code: code.to_owned(),
         message: format!("the models service answered {:?}: {}", status.code(), status.message()),
         retryable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argument_offsets_follow_each_call_and_a_huge_index_costs_one_entry() {
+        let mut offsets = ArgumentOffsets::default();
+        assert_eq!(offsets.advance(0, 5), 0);
+        assert_eq!(offsets.advance(1, 3), 0);
+        assert_eq!(offsets.advance(0, 2), 5);
+        assert_eq!(offsets.advance(u32::MAX, 7), 0, "no allocation proportional to the index");
+        assert_eq!(offsets.advance(u32::MAX, 1), 7);
+        assert_eq!(offsets.0.len(), 3);
     }
 }

@@ -176,7 +176,8 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
     if settled(env, &mut state) != before {
         save(env, &mut state).await?;
     }
-    Ok(env.stop_reason().unwrap_or_else(|| "completed".to_owned()))
+    // Empty for a plain final answer, as Run.stop_reason documents.
+    Ok(env.stop_reason().unwrap_or_default())
 }
 
 /// Gives every tool call of `message` an id no earlier call of the thread has. Some OpenAI-compatible

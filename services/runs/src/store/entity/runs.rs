@@ -19,6 +19,8 @@ pub struct Model {
     pub lease_expires_at: Option<i64>,
     /// First cancel request wins: interrupt | rollback.
     pub cancel_action: Option<String>,
+    /// Why, decided by the same first request: requested | client_disconnected | superseded.
+    pub cancel_cause: Option<String>,
     pub idempotency_key: Option<String>,
     pub fingerprint: String,
     pub multitask_strategy: String,
