@@ -333,3 +333,31 @@ async fn deleting_a_thread_deletes_its_sandbox() -> anyhow::Result<()> {
     assert!(!thread_dir.exists(), "{thread_dir:?} stayed on disk");
     Ok(())
 }
+
+/// A stored request that no longer decodes fails its run with `corrupt_request` instead of running an
+/// empty request in its place.
+#[tokio::test]
+async fn a_corrupt_stored_request_fails_the_run_instead_of_running_an_empty_one() -> anyhow::Result<()> {
+    use sea_orm::ConnectionTrait;
+    for backend in BACKENDS {
+        let db = TestDb::new(backend).await?;
+        let server = start_runs(&db, "  max_concurrent_runs: 1\n")?;
+        let (mut runs, _) = clients(&server).await?;
+        let blocker = hold_the_only_slot(&mut runs).await?;
+        let run = runs.create_run(authed(run_request("", json!([{"say": "never"}])), ALICE)).await?.into_inner().run.unwrap_or_default();
+        let conn = db.connect().await?;
+        let garbage = if backend == Backend::Postgres { "'\\xff'::bytea" } else { "x'ff'" };
+        conn.execute_raw(sea_orm::Statement::from_string(
+            conn.get_database_backend(),
+            format!("UPDATE runs SET request = {garbage} WHERE run_id = '{}'", run.run_id),
+        ))
+        .await?;
+        runs.cancel_run(authed(CancelRunRequest { run_id: blocker.run_id.clone(), wait: true, ..Default::default() }, ALICE)).await?;
+        let ended = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+        let error = ended.error.clone().unwrap_or_default();
+        assert_eq!((ended.status(), error.code.as_str()), (RunStatus::Error, "corrupt_request"), "{backend:?}: {ended:?}");
+        assert!(error.message.contains("could not be decoded"), "{}", error.message);
+        assert_eq!(said(&mut runs, ALICE, &run.run_id).await?, 0, "{backend:?}: nothing ran");
+    }
+    Ok(())
+}
