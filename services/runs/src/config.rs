@@ -45,6 +45,9 @@ pub struct RunsConfig {
     pub heartbeat_secs: u64,
     /// ENQUEUE runs waiting on one thread.
     pub max_queued_per_thread: u32,
+    /// PENDING runs (all replicas together) beyond which CreateRun answers RESOURCE_EXHAUSTED with
+    /// retry-after instead of queueing without bound; 0 = no limit.
+    pub max_pending_runs: u64,
     /// Messages in one CreateRun input.
     pub max_input_messages: u32,
     /// Size of CreateRun metadata (as JSON), in bytes.
@@ -83,6 +86,7 @@ impl Default for RunsConfig {
             idempotency_retention_secs: 24 * 3600,
             heartbeat_secs: 15,
             max_queued_per_thread: 10,
+            max_pending_runs: 10_000,
             max_input_messages: 100,
             max_metadata_bytes: 16 * 1024,
             max_request_bytes: 4 * 1024 * 1024,
@@ -115,11 +119,14 @@ pub struct DatabaseConfig {
     pub connect_timeout_ms: u64,
     /// SQLite: how long a write waits for another process's lock before failing, in milliseconds.
     pub sqlite_busy_timeout_ms: u64,
+    /// SQLite: the most the write-ahead log keeps on disk, in MiB. It is truncated to zero whenever
+    /// it is fully copied into the database and has passed a quarter of this, or the writer is idle.
+    pub sqlite_wal_max_mib: u64,
 }
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        Self { url: String::new(), max_connections: 16, connect_timeout_ms: 5_000, sqlite_busy_timeout_ms: 5_000 }
+        Self { url: String::new(), max_connections: 16, connect_timeout_ms: 5_000, sqlite_busy_timeout_ms: 5_000, sqlite_wal_max_mib: 64 }
     }
 }
 
@@ -144,6 +151,7 @@ impl RunsConfig {
         check_range("runs.database.max_connections", db.max_connections.into(), 1, 1000)?;
         check_range("runs.database.connect_timeout_ms", db.connect_timeout_ms, 100, 600_000)?;
         check_range("runs.database.sqlite_busy_timeout_ms", db.sqlite_busy_timeout_ms, 0, 600_000)?;
+        check_range("runs.database.sqlite_wal_max_mib", db.sqlite_wal_max_mib, 4, 65_536)?;
         check_range("runs.max_concurrent_runs", self.max_concurrent_runs.into(), 1, 100_000)?;
         check_range("runs.lease_secs", self.lease_secs, 3, 3600)?;
         check_range("runs.lease_grace_secs", self.lease_grace_secs, 0, 3600)?;
@@ -156,6 +164,7 @@ impl RunsConfig {
         check_range("runs.idempotency_retention_secs", self.idempotency_retention_secs, 60, 30 * 86_400)?;
         check_range("runs.heartbeat_secs", self.heartbeat_secs, 1, 3600)?;
         check_range("runs.max_queued_per_thread", self.max_queued_per_thread.into(), 0, 10_000)?;
+        check_range("runs.max_pending_runs", self.max_pending_runs, 0, 100_000_000)?;
         check_range("runs.max_input_messages", self.max_input_messages.into(), 1, 100_000)?;
         check_range("runs.max_metadata_bytes", self.max_metadata_bytes.into(), 256, 16 * 1024 * 1024)?;
         check_range("runs.max_request_bytes", self.max_request_bytes.into(), 4096, 1 << 30)?;

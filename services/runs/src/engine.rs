@@ -79,6 +79,8 @@ pub struct Engine {
     pub constructed: AtomicU64,
     /// The request-scoped secrets of runs admitted here (never stored).
     pub secrets: crate::secrets::Vault,
+    /// Group commit of admissions on new threads.
+    pub admitter: crate::lifecycle::admitter::Admitter,
 }
 
 impl std::fmt::Debug for Engine {

@@ -27,6 +27,7 @@ use std::sync::atomic::AtomicU64;
 use antler_kit::ServiceSet;
 use antler_kit::cli::{BoxError, RegisterFuture, Registration, ServiceContext};
 use antler_proto::runs::{run_service_server, thread_service_server};
+use tracing::Instrument;
 
 /// How `antler-runs` and `antler up` mount this service.
 pub const SERVICE: Registration = Registration { name: "runs", validate: config::validate, register };
@@ -53,6 +54,7 @@ pub async fn mount(
         config::AgentKind::Script => Arc::new(agent::script::ScriptFactory),
         config::AgentKind::Lead => Arc::new(agent::lead::LeadFactory { config: config.lead.clone(), custom: Vec::new() }),
     });
+    let (admitter, admissions) = lifecycle::admitter::Admitter::channel();
     let engine = Arc::new(engine::Engine {
         store,
         hub: Arc::new(stream::EventHub::new(config.event_buffer as usize)),
@@ -65,13 +67,16 @@ pub async fn mount(
         shutdown: ctx.shutdown.child_token(),
         constructed: AtomicU64::new(0),
         secrets: Default::default(),
+        admitter,
         config,
     });
+    tokio::spawn(lifecycle::admitter::run(engine.clone(), admissions).instrument(tracing::info_span!("admitter")));
     worker::spawn(engine.clone()).await;
     let drain = engine.clone();
     set.on_drain(async move {
         drain.shutdown.cancelled().await;
-        worker::drain(drain).await;
+        worker::drain(drain.clone()).await;
+        drain.store.checkpoint_on_shutdown().await;
     });
     set.describe(antler_proto::FILE_DESCRIPTOR_SET);
     antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(api::threads::ThreadApi { engine: engine.clone() }));

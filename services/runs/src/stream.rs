@@ -133,9 +133,7 @@ pub async fn append_setting(
         })
         .collect();
     // Bounded statements: SQLite caps the number of bound parameters (5 per row here).
-    for chunk in events.chunks(INSERT_ROWS) {
-        run_events::Entity::insert_many(chunk.iter().map(|event| row(event, now))).exec_without_returning(db).await?;
-    }
+    insert_rows(db, &events, now).await?;
     Ok(Some(events))
 }
 
@@ -172,18 +170,25 @@ pub async fn append_one_postgres(
     Ok(Some(event))
 }
 
-/// Writes the first event (seq 1) of a run inserted in the same transaction with `last_seq = 1`.
-pub async fn insert_first(db: &impl ConnectionTrait, run_id: &str, thread_id: &str, kind: Kind, now: i64) -> Result<RunEvent, RunsError> {
-    let event = redacted(RunEvent {
+/// The first event (seq 1) of a run that is inserted with `last_seq = 1`; write it with
+/// [`insert_rows`] in the same transaction.
+pub fn first_event(run_id: &str, thread_id: &str, kind: Kind, now: i64) -> RunEvent {
+    redacted(RunEvent {
         run_id: run_id.to_owned(),
         seq: 1,
         time: Some(to_timestamp(now)),
         thread_id: thread_id.to_owned(),
         task_id: String::new(),
         kind: Some(kind),
-    });
-    run_events::Entity::insert(row(&event, now)).exec_without_returning(db).await?;
-    Ok(event)
+    })
+}
+
+/// Inserts events whose seqs are already allocated, in bounded multi-row statements.
+pub async fn insert_rows(db: &impl ConnectionTrait, events: &[RunEvent], now: i64) -> Result<(), RunsError> {
+    for chunk in events.chunks(INSERT_ROWS) {
+        run_events::Entity::insert_many(chunk.iter().map(|event| row(event, now))).exec_without_returning(db).await?;
+    }
+    Ok(())
 }
 
 /// `event` with every registered secret (configured credentials, running runs' `secrets`) removed

@@ -52,20 +52,26 @@ async fn dispatch(engine: Arc<Engine>) {
             if candidates.is_empty() {
                 break;
             }
-            let mut started_any = false;
-            for run_id in candidates {
+            // One permit per candidate first, then one statement starts them all.
+            let mut permits = Vec::new();
+            while permits.len() < candidates.len() {
                 let Ok(permit) = engine.permits.clone().try_acquire_owned() else { break };
-                match start::try_start(&engine, &run_id).await {
-                    Ok(Some(run)) => {
-                        started_any = true;
-                        launch(engine.clone(), run, permit, false);
-                    }
-                    Ok(None) => {}
-                    Err(error) => tracing::warn!(run_id, %error, "try_start failed"),
-                }
+                permits.push(permit);
             }
-            if !started_any {
+            let candidates = &candidates[..permits.len()];
+            let started = match start::try_start_many(&engine, candidates).await {
+                Ok(started) => started,
+                Err(error) => {
+                    tracing::warn!(%error, runs = candidates.len(), "try_start failed");
+                    break;
+                }
+            };
+            if started.is_empty() {
                 break;
+            }
+            // Unused permits go back when dropped.
+            for (run, permit) in started.into_iter().zip(permits) {
+                launch(engine.clone(), run, permit, false);
             }
         }
     }

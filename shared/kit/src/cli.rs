@@ -189,8 +189,9 @@ async fn apply_reloads(mut updates: watch::Receiver<Arc<Config>>, auth: Authenti
             || old.data_dir != new.data_dir
             || old.max_message_bytes != new.max_message_bytes
             || old.concurrency_limit != new.concurrency_limit
+            || old.internal_concurrency_limit != new.internal_concurrency_limit
         {
-            tracing::warn!("server.listen, data_dir, max_message_bytes and concurrency_limit take effect after a restart");
+            tracing::warn!("server.listen, data_dir, max_message_bytes and the concurrency limits take effect after a restart");
         }
         previous = current;
     }

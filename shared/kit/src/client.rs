@@ -48,6 +48,8 @@ impl CallContext {
 pub struct ServiceClient {
     channel: Channel,
     config: ClientConfig,
+    /// The endpoint is this very process (`antler up`): calls carry the process's internal mark.
+    same_process: bool,
 }
 
 impl ServiceClient {
@@ -63,6 +65,11 @@ impl ServiceClient {
         let metadata = request.metadata_mut();
         if let Ok(value) = MetadataValue::try_from(ctx.trace.to_traceparent()) {
             metadata.insert(TRACEPARENT, value);
+        }
+        if self.same_process
+            && let Ok(value) = MetadataValue::try_from(crate::limit::internal_mark())
+        {
+            metadata.insert(crate::limit::INTERNAL_HEADER, value);
         }
         let (token, act_as) = match (&ctx.identity.principal, &ctx.identity.credential) {
             (Principal::User, Some(token)) => (Some(token.to_string()), None),
@@ -126,7 +133,8 @@ impl Clients {
                 .map_err(|e| ConfigError::Invalid { path: format!("clients.{name}.endpoint"), message: format!("`{url}`: {e}") })?
                 .connect_timeout(Duration::from_millis(client.connect_timeout_ms))
                 .tcp_nodelay(true);
-            clients.insert(name, ServiceClient { channel: endpoint.connect_lazy(), config: client.clone() });
+            let same_process = client.endpoint.is_empty();
+            clients.insert(name, ServiceClient { channel: endpoint.connect_lazy(), config: client.clone(), same_process });
         }
         Ok(Self { clients })
     }

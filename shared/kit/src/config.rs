@@ -53,8 +53,14 @@ pub struct ServerConfig {
     pub allow_insecure: bool,
     /// Largest gRPC message accepted or sent, in bytes.
     pub max_message_bytes: usize,
-    /// Requests handled at once by this process; further requests get UNAVAILABLE with `retry-after`.
+    /// Client requests handled at once by this process; further requests get UNAVAILABLE with
+    /// `retry-after`. Calls between Antler services (see `internal_concurrency_limit`) do not count.
     pub concurrency_limit: usize,
+    /// Requests from other Antler services handled at once: calls from this very process (`antler
+    /// up`), and calls authenticated as a service principal from another pod. Separate from the
+    /// client limit, so the services' own work (a run waiting on its model stream) never takes the
+    /// room client calls such as CancelRun need.
+    pub internal_concurrency_limit: usize,
     /// Upper bound on a unary request's handling time in seconds (0 = only the client's deadline).
     pub request_timeout_secs: u64,
     /// How long a SIGTERM waits for open requests and streams before the process exits anyway.
@@ -75,6 +81,7 @@ impl Default for ServerConfig {
             allow_insecure: false,
             max_message_bytes: 16 * 1024 * 1024,
             concurrency_limit: 1024,
+            internal_concurrency_limit: 16384,
             request_timeout_secs: 0,
             shutdown_grace_secs: 30,
             reload_interval_ms: 2000,
@@ -260,6 +267,7 @@ impl Config {
         let s = &self.server;
         check_range("server.max_message_bytes", s.max_message_bytes as u64, 1024, 1 << 30)?;
         check_range("server.concurrency_limit", s.concurrency_limit as u64, 1, 1_000_000)?;
+        check_range("server.internal_concurrency_limit", s.internal_concurrency_limit as u64, 1, 1_000_000)?;
         check_range("server.request_timeout_secs", s.request_timeout_secs, 0, 86_400)?;
         check_range("server.shutdown_grace_secs", s.shutdown_grace_secs, 0, 3_600)?;
         check_range("server.reload_interval_ms", s.reload_interval_ms, 0, 3_600_000)?;

@@ -1,4 +1,11 @@
-//! A process-wide cap on requests in flight, answering UNAVAILABLE (with `retry-after`) beyond it.
+//! Process-wide caps on requests in flight, answering UNAVAILABLE (with `retry-after`) beyond them.
+//!
+//! Two budgets: client calls (`server.concurrency_limit`) and calls between Antler services
+//! (`server.internal_concurrency_limit`). A call is internal when it comes from this very process —
+//! it carries [`INTERNAL_HEADER`] with a random value only this process knows — or is authenticated as
+//! a service principal. Without the split, every lead run waiting on its model held one in-process
+//! ChatStream against the client budget, and 1,000 such runs left no room for the CancelRun calls
+//! that should stop them.
 //!
 //! Shedding (rather than queueing) keeps latency bounded under overload. UNAVAILABLE rather than
 //! RESOURCE_EXHAUSTED because the request was not processed at all and is safe to retry: it is the
@@ -14,23 +21,75 @@ use futures::future::{Either, Ready, ready};
 use http::{Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Tower layer enforcing the `server.concurrency_limit`.
+/// The metadata key that marks a call made by this process to itself.
+pub const INTERNAL_HEADER: &str = "x-antler-internal";
+
+/// The value of [`INTERNAL_HEADER`] for this process: 128 random bits from the kernel, never sent
+/// anywhere but to this process's own listener, so another client cannot claim the internal budget.
+pub fn internal_mark() -> &'static str {
+    static MARK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let mut bytes = [0u8; 16];
+        let random = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+        if random.is_err() {
+            // No /dev/urandom: std's hasher keys come from the OS's randomness too.
+            use std::hash::BuildHasher;
+            let half = || std::collections::hash_map::RandomState::new().hash_one(0u8).to_le_bytes();
+            bytes[..8].copy_from_slice(&half());
+            bytes[8..].copy_from_slice(&half());
+        }
+        hex::encode(bytes)
+    });
+    &MARK
+}
+
+/// Whether a request is a call between Antler services (see the module documentation).
+fn is_internal<B>(request: &Request<B>) -> bool {
+    let marked = request.headers().get(INTERNAL_HEADER).is_some_and(|v| {
+        use subtle::ConstantTimeEq;
+        v.as_bytes().ct_eq(internal_mark().as_bytes()).into()
+    });
+    marked
+        || request
+            .extensions()
+            .get::<crate::auth::Identity>()
+            .is_some_and(|i| matches!(i.principal, crate::auth::Principal::Service { .. }))
+}
+
+/// One budget of requests in flight.
 #[derive(Clone, Debug)]
-pub struct ConcurrencyLayer {
+struct Budget {
     permits: Arc<Semaphore>,
     limit: usize,
+    setting: &'static str,
+}
+
+impl Budget {
+    fn new(limit: usize, setting: &'static str) -> Self {
+        Self { permits: Arc::new(Semaphore::new(limit)), limit, setting }
+    }
+}
+
+/// Tower layer enforcing `server.concurrency_limit` and `server.internal_concurrency_limit`. Must sit
+/// inside the auth layer, which tells service principals apart.
+#[derive(Clone, Debug)]
+pub struct ConcurrencyLayer {
+    clients: Budget,
+    internal: Budget,
 }
 
 impl ConcurrencyLayer {
-    pub fn new(limit: usize) -> Self {
-        Self { permits: Arc::new(Semaphore::new(limit)), limit }
+    pub fn new(limit: usize, internal_limit: usize) -> Self {
+        Self {
+            clients: Budget::new(limit, "server.concurrency_limit"),
+            internal: Budget::new(internal_limit, "server.internal_concurrency_limit"),
+        }
     }
 }
 
 impl<S> tower_layer::Layer<S> for ConcurrencyLayer {
     type Service = ConcurrencyService<S>;
     fn layer(&self, inner: S) -> Self::Service {
-        ConcurrencyService { inner, permits: self.permits.clone(), limit: self.limit }
+        ConcurrencyService { inner, clients: self.clients.clone(), internal: self.internal.clone() }
     }
 }
 
@@ -38,8 +97,8 @@ impl<S> tower_layer::Layer<S> for ConcurrencyLayer {
 #[derive(Clone, Debug)]
 pub struct ConcurrencyService<S> {
     inner: S,
-    permits: Arc<Semaphore>,
-    limit: usize,
+    clients: Budget,
+    internal: Budget,
 }
 
 pin_project_lite::pin_project! {
@@ -72,14 +131,15 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        match self.permits.clone().try_acquire_owned() {
+        let (budget, kind) = if is_internal(&request) { (&self.internal, "internal") } else { (&self.clients, "client") };
+        match budget.permits.clone().try_acquire_owned() {
             Ok(permit) => Either::Right(PermitFuture { inner: self.inner.call(request), permit }),
             Err(_) => {
-                metrics::counter!("antler_requests_shed_total").increment(1);
+                metrics::counter!("antler_requests_shed_total", "kind" => kind).increment(1);
                 let status = crate::status::unavailable(
                     format!(
-                        "server is at its concurrency limit ({} requests in flight); raise server.concurrency_limit if this persists",
-                        self.limit
+                        "server is at its concurrency limit ({} {kind} requests in flight); raise {} if this persists",
+                        budget.limit, budget.setting
                     ),
                     1,
                 );
@@ -107,7 +167,7 @@ mod tests {
                 Ok::<_, Infallible>(Response::new(String::new()))
             }
         });
-        let mut svc = tower_layer::Layer::layer(&ConcurrencyLayer::new(1), inner);
+        let mut svc = tower_layer::Layer::layer(&ConcurrencyLayer::new(1, 1), inner);
         let first = svc.ready().await?.call(Request::new(()));
         let second = svc.ready().await?.call(Request::new(())).await?;
         assert_eq!(second.headers().get("grpc-status").map(|v| v.as_bytes()), Some(&b"14"[..]), "UNAVAILABLE is code 14");
@@ -118,6 +178,49 @@ mod tests {
         // The permit came back with the first response.
         let third = svc.ready().await?.call(Request::new(())).await?;
         assert!(third.headers().get("grpc-status").is_none());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn internal_calls_have_their_own_budget_and_a_forged_mark_does_not_count() -> Result<(), Infallible> {
+        let (release_tx, release_rx) = tokio::sync::watch::channel(false);
+        let inner = tower::service_fn(move |_req: Request<()>| {
+            let mut rx = release_rx.clone();
+            async move {
+                let _ = rx.wait_for(|go| *go).await;
+                Ok::<_, Infallible>(Response::new(String::new()))
+            }
+        });
+        let mut svc = tower_layer::Layer::layer(&ConcurrencyLayer::new(1, 2), inner);
+        let marked = || {
+            let mut request = Request::new(());
+            request.headers_mut().insert(INTERNAL_HEADER, http::HeaderValue::from_static(internal_mark()));
+            request
+        };
+        let service = || {
+            let mut request = Request::new(());
+            request.extensions_mut().insert(crate::auth::Identity {
+                user_id: "alice".into(),
+                principal: crate::auth::Principal::Service { service: "runs".into() },
+                credential: None,
+            });
+            request
+        };
+        // The internal budget (2) full: one call of this process, one of a service principal.
+        let held = [svc.ready().await?.call(marked()), svc.ready().await?.call(service())];
+        let shed = svc.ready().await?.call(marked()).await?;
+        assert_eq!(shed.headers().get("grpc-status").map(|v| v.as_bytes()), Some(&b"14"[..]), "internal budget full");
+        // A client call still gets the client budget, and a forged mark is a client call.
+        let client = svc.ready().await?.call(Request::new(()));
+        let mut forged = Request::new(());
+        forged.headers_mut().insert(INTERNAL_HEADER, http::HeaderValue::from_static("not-the-mark"));
+        let forged = svc.ready().await?.call(forged).await?;
+        assert_eq!(forged.headers().get("grpc-status").map(|v| v.as_bytes()), Some(&b"14"[..]), "the client budget (1) is taken");
+        let _ = release_tx.send(true);
+        assert!(client.await?.headers().get("grpc-status").is_none());
+        for call in held {
+            assert!(call.await?.headers().get("grpc-status").is_none());
+        }
         Ok(())
     }
 }

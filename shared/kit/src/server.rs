@@ -179,7 +179,7 @@ pub async fn serve(
         .layer(RedactLayer)
         .layer(TraceLayer)
         .layer(AuthLayer::new(auth))
-        .layer(ConcurrencyLayer::new(config.concurrency_limit))
+        .layer(ConcurrencyLayer::new(config.concurrency_limit, config.internal_concurrency_limit))
         .layer(MessageSizeLayer::new(config.max_message_bytes));
     let router = builder.layer(layers).add_routes(routes.routes());
 

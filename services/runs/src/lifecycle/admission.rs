@@ -22,7 +22,7 @@ use crate::engine::{Engine, StopCause};
 use crate::error::RunsError;
 use crate::store::entity::{run_inputs, runs, threads};
 use crate::store::now_ms;
-use crate::stream::insert_first;
+use crate::stream::{first_event, insert_rows};
 use crate::threads::valid_thread_id;
 
 /// The result of admission.
@@ -214,18 +214,33 @@ pub struct Effects {
     pub superseded: Vec<String>,
 }
 
-/// `create_or_reject`: one transaction. `req` must have passed [`sanitise`].
+/// `create_or_reject`: admits `req` (which must have passed [`sanitise`]) or refuses it, writing
+/// nothing. A run on a new thread goes with the next group commit (see `admitter`); any other in a
+/// transaction of its own.
 pub async fn create_or_reject(engine: &Engine, user_id: &str, req: &CreateRunRequest) -> Result<(Admitted, Effects), RunsError> {
     let fp = fingerprint(req);
+    if super::admitter::Admitter::batchable(req) {
+        return engine.admitter.admit(user_id, req, fp).await;
+    }
+    create_or_reject_one(engine, user_id, req, &fp).await
+}
+
+/// One admission in one transaction (retried on a lost unique-index race as its strategy allows).
+pub(crate) async fn create_or_reject_one(
+    engine: &Engine,
+    user_id: &str,
+    req: &CreateRunRequest,
+    fp: &str,
+) -> Result<(Admitted, Effects), RunsError> {
     let mut attempts = 0;
     loop {
         attempts += 1;
-        match engine.store.retry_busy(|| try_admit(engine, user_id, req, &fp)).await {
+        match engine.store.retry_busy(|| try_admit(engine, user_id, req, fp)).await {
             Err(RunsError::Store(e)) if e.is_unique_violation() => {
                 // A concurrent admission won a unique index: the same idempotency key (return its
                 // run), or the thread's active-run slot.
                 if let Some(existing) = find_by_key(engine, user_id, &req.idempotency_key).await? {
-                    return reuse(existing, &fp).map(|a| (a, Effects::default()));
+                    return reuse(existing, fp).map(|a| (a, Effects::default()));
                 }
                 let strategy = MultitaskStrategy::try_from(req.multitask_strategy).unwrap_or(MultitaskStrategy::Reject);
                 if attempts < 3 && !matches!(strategy, MultitaskStrategy::Reject | MultitaskStrategy::Unspecified) {
@@ -258,7 +273,14 @@ pub(crate) async fn find_by_key(engine: &Engine, user_id: &str, key: &str) -> Re
         .await?)
 }
 
-fn reuse(existing: runs::Model, fp: &str) -> Result<Admitted, RunsError> {
+/// RESOURCE_EXHAUSTED (with retry-after) when `pending` runs already wait for a worker.
+pub(crate) fn backlog_full(pending: u64, limit: u64) -> RunsError {
+    RunsError::ResourceExhausted(format!(
+        "{pending} runs are already waiting for a worker; the limit is {limit} (runs.max_pending_runs)\nhint: retry after the retry-after delay, or add workers (runs.max_concurrent_runs, more replicas)"
+    ))
+}
+
+pub(crate) fn reuse(existing: runs::Model, fp: &str) -> Result<Admitted, RunsError> {
     if existing.fingerprint == fp {
         Ok(Admitted { run: existing, reused: true })
     } else {
@@ -270,7 +292,7 @@ fn reuse(existing: runs::Model, fp: &str) -> Result<Admitted, RunsError> {
 }
 
 async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &str) -> Result<(Admitted, Effects), RunsError> {
-    let tx = engine.store.tx().await?;
+    let tx = engine.store.tx_for(crate::store::Priority::Admission).await?;
     let now = now_ms();
     let mut effects = Effects::default();
 
@@ -285,21 +307,19 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         }
     }
 
+    let limit = engine.config.max_pending_runs;
+    if limit > 0 {
+        let pending = runs::Entity::find().filter(runs::Column::Status.eq(PENDING)).count(&*tx).await?;
+        if pending >= limit {
+            return Err(backlog_full(pending, limit));
+        }
+    }
     let run_id = uuid::Uuid::now_v7().to_string();
     // The thread: an existing one of this user, or a new one when no id was given (which can have no
     // active run, and starts out naming this run as its latest: fewer statements in the writer slot).
     let new_thread = req.thread_id.is_empty();
     let thread = if new_thread {
-        let thread = threads::Model {
-            user_id: user_id.to_owned(),
-            thread_id: uuid::Uuid::now_v7().to_string(),
-            title: String::new(),
-            metadata: "{}".to_owned(),
-            head_checkpoint_id: None,
-            latest_run_id: Some(run_id.clone()),
-            created_at: now,
-            updated_at: now,
-        };
+        let thread = new_thread_row(user_id, &run_id, now);
         threads::Entity::insert(threads::ActiveModel::from(thread.clone())).exec_without_returning(&*tx).await?;
         thread
     } else {
@@ -382,66 +402,14 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         }
     }
 
-    let mut stored = req.clone();
-    // Secret values are never stored; their names are, so an attempt elsewhere knows what it lacks.
-    stored.secrets.values_mut().for_each(String::clear);
-    // Nor is any other registered secret the client put in its input or metadata.
-    antler_kit::redact::redact_message_in_place(&mut stored);
-    stored.thread_id = thread.thread_id.clone();
-    let model_name = stored.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
-    let metadata = stored.metadata.as_ref().map(struct_to_json).unwrap_or_else(|| "{}".to_owned());
-    // A large input goes to its own table: the runs row is rewritten by every event append.
-    let separate_input = (stored.encoded_len() > INLINE_REQUEST_BYTES && !stored.input.is_empty())
-        .then(|| CreateRunRequest { input: std::mem::take(&mut stored.input), ..CreateRunRequest::default() });
-    let run = runs::Model {
-        run_id: run_id.clone(),
-        user_id: user_id.to_owned(),
-        thread_id: thread.thread_id.clone(),
-        status: PENDING.to_owned(),
-        queued,
-        attempt: 0,
-        owner_worker_id: Some(engine.worker_id.clone()),
-        lease_expires_at: Some(now + engine.config.lease().as_millis() as i64),
-        cancel_action: None,
-        cancel_cause: None,
-        idempotency_key: (!req.idempotency_key.is_empty()).then(|| req.idempotency_key.clone()),
-        fingerprint: fp.to_owned(),
-        multitask_strategy: format!("{strategy:?}").to_ascii_lowercase(),
-        on_disconnect: if req.on_disconnect == OnDisconnect::Continue as i32 { "continue" } else { "cancel" }.to_owned(),
-        model_name: model_name.clone(),
-        request: stored.encode_to_vec(),
-        metadata,
-        base_checkpoint_id: base_checkpoint.clone(),
-        stop_reason: None,
-        error_code: None,
-        error_message: None,
-        final_status: None,
-        usage: RunUsage::default().encode_to_vec(),
-        delivery: None,
-        // The METADATA event below is seq 1, written with the run.
-        last_seq: 1,
-        created_at: now,
-        started_at: None,
-        finished_at: None,
-        updated_at: now,
-    };
+    let NewRun { run, input, first } =
+        new_run(engine, user_id, req, fp, run_id.clone(), &thread.thread_id, base_checkpoint, queued, strategy, now);
     runs::Entity::insert(runs::ActiveModel::from(run.clone())).exec_without_returning(&*tx).await?;
-    if let Some(input) = separate_input {
-        run_inputs::Entity::insert(run_inputs::ActiveModel::from(run_inputs::Model {
-            run_id: run_id.clone(),
-            input: input.encode_to_vec(),
-        }))
-        .exec_without_returning(&*tx)
-        .await?;
+    if let Some(input) = input {
+        run_inputs::Entity::insert(run_inputs::ActiveModel::from(input)).exec_without_returning(&*tx).await?;
     }
-    let metadata_event = Kind::Metadata(Metadata {
-        run_id: run_id.clone(),
-        thread_id: thread.thread_id.clone(),
-        attempt: 1,
-        model_name,
-        checkpoint_id: base_checkpoint.unwrap_or_default(),
-    });
-    effects.events.push(insert_first(&*tx, &run_id, &thread.thread_id, metadata_event, now).await?);
+    insert_rows(&*tx, std::slice::from_ref(&first), now).await?;
+    effects.events.push(first);
     if !new_thread {
         threads::Entity::update_many()
             .col_expr(threads::Column::LatestRunId, sea_orm::sea_query::Expr::value(run_id.as_str()))
@@ -459,6 +427,101 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
     }
     metrics::counter!("antler_runs_admitted_total", "strategy" => strategy.as_str_name()).increment(1);
     Ok((Admitted { run, reused: false }, effects))
+}
+
+/// The thread a CreateRun with an empty `thread_id` makes, naming `run_id` as its latest run.
+pub(crate) fn new_thread_row(user_id: &str, run_id: &str, now: i64) -> threads::Model {
+    threads::Model {
+        user_id: user_id.to_owned(),
+        thread_id: uuid::Uuid::now_v7().to_string(),
+        title: String::new(),
+        metadata: "{}".to_owned(),
+        head_checkpoint_id: None,
+        latest_run_id: Some(run_id.to_owned()),
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// What admitting one run writes: its row, its large input (if any) and its first event.
+pub(crate) struct NewRun {
+    pub run: runs::Model,
+    pub input: Option<run_inputs::Model>,
+    pub first: RunEvent,
+}
+
+/// Builds the rows of a run admitted on `thread_id` (nothing is written here).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn new_run(
+    engine: &Engine,
+    user_id: &str,
+    req: &CreateRunRequest,
+    fp: &str,
+    run_id: String,
+    thread_id: &str,
+    base_checkpoint: Option<String>,
+    queued: bool,
+    strategy: MultitaskStrategy,
+    now: i64,
+) -> NewRun {
+    let mut stored = req.clone();
+    // Secret values are never stored; their names are, so an attempt elsewhere knows what it lacks.
+    stored.secrets.values_mut().for_each(String::clear);
+    // Nor is any other registered secret the client put in its input or metadata.
+    antler_kit::redact::redact_message_in_place(&mut stored);
+    stored.thread_id = thread_id.to_owned();
+    let model_name = stored.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
+    let metadata = stored.metadata.as_ref().map(struct_to_json).unwrap_or_else(|| "{}".to_owned());
+    // A large input goes to its own table: the runs row is rewritten by every event append.
+    let input = (stored.encoded_len() > INLINE_REQUEST_BYTES && !stored.input.is_empty()).then(|| run_inputs::Model {
+        run_id: run_id.clone(),
+        input: CreateRunRequest { input: std::mem::take(&mut stored.input), ..CreateRunRequest::default() }.encode_to_vec(),
+    });
+    let first = first_event(
+        &run_id,
+        thread_id,
+        Kind::Metadata(Metadata {
+            run_id: run_id.clone(),
+            thread_id: thread_id.to_owned(),
+            attempt: 1,
+            model_name: model_name.clone(),
+            checkpoint_id: base_checkpoint.clone().unwrap_or_default(),
+        }),
+        now,
+    );
+    let run = runs::Model {
+        run_id,
+        user_id: user_id.to_owned(),
+        thread_id: thread_id.to_owned(),
+        status: PENDING.to_owned(),
+        queued,
+        attempt: 0,
+        owner_worker_id: Some(engine.worker_id.clone()),
+        lease_expires_at: Some(now + engine.config.lease().as_millis() as i64),
+        cancel_action: None,
+        cancel_cause: None,
+        idempotency_key: (!req.idempotency_key.is_empty()).then(|| req.idempotency_key.clone()),
+        fingerprint: fp.to_owned(),
+        multitask_strategy: format!("{strategy:?}").to_ascii_lowercase(),
+        on_disconnect: if req.on_disconnect == OnDisconnect::Continue as i32 { "continue" } else { "cancel" }.to_owned(),
+        model_name,
+        request: stored.encode_to_vec(),
+        metadata,
+        base_checkpoint_id: base_checkpoint,
+        stop_reason: None,
+        error_code: None,
+        error_message: None,
+        final_status: None,
+        usage: RunUsage::default().encode_to_vec(),
+        delivery: None,
+        // The METADATA event is seq 1, written with the run.
+        last_seq: 1,
+        created_at: now,
+        started_at: None,
+        finished_at: None,
+        updated_at: now,
+    };
+    NewRun { run, input, first }
 }
 
 /// Publishes what admission committed and stops superseded local runs.

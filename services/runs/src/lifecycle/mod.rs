@@ -9,6 +9,7 @@
 //! A terminal status is never overwritten by another.
 
 pub mod admission;
+pub mod admitter;
 pub mod cancel;
 pub mod finalize;
 pub mod lease;

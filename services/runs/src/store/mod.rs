@@ -8,6 +8,7 @@
 
 pub mod entity;
 pub mod migration;
+pub mod slot;
 
 use std::future::Future;
 use std::path::Path;
@@ -18,7 +19,8 @@ use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqlErr, TransactionTrait,
 };
 use sea_orm_migration::MigratorTrait;
-use tokio::sync::{Mutex, OwnedMutexGuard};
+pub use slot::Priority;
+use slot::{SlotGuard, WriteSlot};
 
 use crate::config::DatabaseConfig;
 
@@ -65,7 +67,7 @@ pub fn now_ms() -> i64 {
 /// A write transaction; on SQLite it also holds the process's write slot until commit or drop.
 pub struct WriteTx {
     pub txn: DatabaseTransaction,
-    _slot: Option<OwnedMutexGuard<()>>,
+    _slot: Option<SlotGuard>,
 }
 
 impl std::ops::Deref for WriteTx {
@@ -81,6 +83,13 @@ impl WriteTx {
     }
 }
 
+/// The file of a `sqlite:` URL.
+fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next()?;
+    (!path.is_empty() && path != ":memory:").then(|| std::path::PathBuf::from(path))
+}
+
 /// The connection pool and how to write through it.
 #[derive(Clone)]
 pub struct Store {
@@ -88,7 +97,9 @@ pub struct Store {
     /// SQLite: one connection for every write, so its page cache and prepared statements stay warm
     /// (a write on another pooled connection re-reads the pages the previous writer changed).
     writer: Option<DatabaseConnection>,
-    write_slot: Option<Arc<Mutex<()>>>,
+    write_slot: Option<Arc<WriteSlot>>,
+    /// SQLite: the connection of the WAL checkpointer (and of the last checkpoint at shutdown).
+    checkpoints: Option<DatabaseConnection>,
     /// Stops the SQLite WAL checkpointer when the last clone of the store goes.
     _checkpointer: Option<Arc<tokio_util::sync::DropGuard>>,
 }
@@ -101,22 +112,69 @@ impl std::fmt::Debug for Store {
 
 /// How often the background task copies the SQLite WAL into the database file.
 const WAL_CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
+/// How long a TRUNCATE checkpoint waits for readers before giving up until the next round.
+const TRUNCATE_WAIT: Duration = Duration::from_millis(5);
 
-/// Checkpoints the SQLite WAL off the write path. PASSIVE never waits for readers or the writer: it
-/// copies what it can and the next round takes the rest, so the WAL stays bounded without a commit
-/// ever paying for it.
-async fn checkpoint_wal(db: DatabaseConnection, stop: tokio_util::sync::CancellationToken) {
+/// Keeps the SQLite WAL small without a commit ever paying for it.
+///
+/// Every round a PASSIVE checkpoint copies what it can into the database file (it never waits for
+/// readers or the writer). That alone does not bound the file: SQLite rewinds the WAL only when a
+/// writer finds it fully copied with no reader still using it, which a busy pool of readers prevents
+/// for ever (3,000 runs once left a 498 MB WAL beside a 14 MB database). So when everything is copied
+/// and the WAL has grown past `truncate_at`, or no write happened since the last round, a TRUNCATE
+/// checkpoint rewinds it to zero bytes. It is taken only when the write slot is free (no commit of
+/// this process waits on it while it runs) and waits for readers at most [`TRUNCATE_WAIT`] before
+/// trying again next round. `journal_size_limit` caps what a rewind leaves on disk in any case.
+async fn checkpoint_wal(
+    conn: DatabaseConnection,
+    wal: std::path::PathBuf,
+    truncate_at: u64,
+    slot: Arc<WriteSlot>,
+    stop: tokio_util::sync::CancellationToken,
+) {
     let mut every = tokio::time::interval(WAL_CHECKPOINT_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_frames = -1i64;
     loop {
         tokio::select! {
             _ = every.tick() => {}
             () = stop.cancelled() => return,
         }
-        if let Err(error) = db.execute_unprepared("PRAGMA wal_checkpoint(PASSIVE)").await {
-            tracing::debug!(%error, "WAL checkpoint skipped");
+        let (frames, copied) = match wal_checkpoint(&conn, "PASSIVE").await {
+            Ok(result) => result,
+            Err(error) => {
+                tracing::debug!(%error, "WAL checkpoint skipped");
+                continue;
+            }
+        };
+        let idle = frames == last_frames;
+        last_frames = frames;
+        let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+        if frames <= 0 || copied < frames || !(idle || size >= truncate_at) {
+            continue;
+        }
+        let Some(_guard) = slot.try_acquire() else { continue };
+        match wal_checkpoint(&conn, "TRUNCATE").await {
+            Ok(_) => {
+                last_frames = 0;
+                metrics::counter!("antler_runs_wal_truncations_total").increment(1);
+            }
+            Err(error) => tracing::debug!(%error, "WAL truncation skipped (readers busy)"),
         }
     }
+}
+
+/// Runs `PRAGMA wal_checkpoint(mode)`: (frames in the WAL, frames copied into the database).
+async fn wal_checkpoint(conn: &DatabaseConnection, mode: &str) -> Result<(i64, i64), DbErr> {
+    let row = conn
+        .query_one_raw(sea_orm::Statement::from_string(DbBackend::Sqlite, format!("PRAGMA wal_checkpoint({mode})")))
+        .await?
+        .ok_or_else(|| DbErr::Custom("wal_checkpoint returned no row".to_owned()))?;
+    let busy: i64 = row.try_get_by_index(0)?;
+    if busy != 0 {
+        return Err(DbErr::Custom(format!("wal_checkpoint({mode}) was blocked by a reader or writer")));
+    }
+    Ok((row.try_get_by_index(1)?, row.try_get_by_index(2)?))
 }
 
 impl Store {
@@ -130,6 +188,7 @@ impl Store {
             .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
             .sqlx_logging(false);
         let busy = Duration::from_millis(config.sqlite_busy_timeout_ms);
+        let wal_limit = config.sqlite_wal_max_mib * 1024 * 1024;
         options.map_sqlx_sqlite_opts(move |o| {
             o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
                 .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
@@ -139,22 +198,33 @@ impl Store {
                 // fsync) stalled the write that crossed the threshold by several milliseconds. A
                 // background task checkpoints instead (see `checkpoint_wal`).
                 .pragma("wal_autocheckpoint", "0")
+                .pragma("journal_size_limit", wal_limit.to_string())
         });
         let writer_options = {
             let mut writer = options.clone();
             writer.max_connections(1).min_connections(1);
             writer
         };
+        let checkpoint_options = {
+            let mut conn = writer_options.clone();
+            conn.map_sqlx_sqlite_opts(|o| o.busy_timeout(TRUNCATE_WAIT));
+            conn
+        };
         let db = Database::connect(options).await?;
         let sqlite = db.get_database_backend() == DbBackend::Sqlite;
         let writer = if sqlite { Some(Database::connect(writer_options).await?) } else { None };
-        let write_slot = sqlite.then(|| Arc::new(Mutex::new(())));
-        let checkpointer = sqlite.then(|| {
-            let stop = tokio_util::sync::CancellationToken::new();
-            tokio::spawn(checkpoint_wal(db.clone(), stop.clone()));
-            Arc::new(stop.drop_guard())
-        });
-        let store = Self { db, writer, write_slot, _checkpointer: checkpointer };
+        let write_slot = sqlite.then(|| Arc::new(WriteSlot::default()));
+        let checkpoints = if sqlite { Some(Database::connect(checkpoint_options).await?) } else { None };
+        let checkpointer = match (&checkpoints, &write_slot, sqlite_file(&url)) {
+            (Some(conn), Some(slot), Some(file)) => {
+                let stop = tokio_util::sync::CancellationToken::new();
+                let wal = std::path::PathBuf::from(format!("{}-wal", file.display()));
+                tokio::spawn(checkpoint_wal(conn.clone(), wal, wal_limit / 4, slot.clone(), stop.clone()));
+                Some(Arc::new(stop.drop_guard()))
+            }
+            _ => None,
+        };
+        let store = Self { db, writer, write_slot, checkpoints, _checkpointer: checkpointer };
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
         let mut attempt = 0;
         loop {
@@ -172,6 +242,23 @@ impl Store {
         Ok(store)
     }
 
+    /// SQLite: copies the whole WAL into the database file and truncates it to zero bytes, waiting
+    /// for the write slot (call it once the workers have stopped, at shutdown).
+    pub async fn checkpoint_on_shutdown(&self) {
+        let (Some(conn), Some(slot)) = (&self.checkpoints, &self.write_slot) else { return };
+        let _guard = slot.acquire(Priority::Lifecycle).await;
+        for _ in 0..200 {
+            match wal_checkpoint(conn, "TRUNCATE").await {
+                Ok(_) => {
+                    tracing::info!("SQLite WAL checkpointed and truncated");
+                    return;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+        tracing::warn!("the SQLite WAL could not be truncated at shutdown (readers kept it busy); the next start will");
+    }
+
     pub fn backend(&self) -> DbBackend {
         self.db.get_database_backend()
     }
@@ -181,10 +268,15 @@ impl Store {
         &self.db
     }
 
-    /// Begins a write transaction.
+    /// Begins a write transaction for the lifecycle of admitted runs (see [`slot`]).
     pub async fn tx(&self) -> Result<WriteTx, StoreError> {
+        self.tx_for(Priority::Lifecycle).await
+    }
+
+    /// Begins a write transaction; on SQLite, waits for the write slot with `priority`.
+    pub async fn tx_for(&self, priority: Priority) -> Result<WriteTx, StoreError> {
         let slot = match &self.write_slot {
-            Some(slot) => Some(slot.clone().lock_owned().await),
+            Some(slot) => Some(slot.acquire(priority).await),
             None => None,
         };
         Ok(WriteTx { txn: self.writer.as_ref().unwrap_or(&self.db).begin().await?, _slot: slot })

@@ -1,0 +1,230 @@
+//! Group commit of admissions: runs admitted on new threads (CreateRun with an empty `thread_id`, the
+//! common shape of an admission flood) are written in batches, one transaction and a handful of
+//! multi-row statements for every admission that arrived while the previous batch was committing.
+//!
+//! Each request keeps its own outcome: an idempotency key already used (or used twice in one batch)
+//! answers with that run, `reused`, or FAILED_PRECONDITION for a different body, without touching its
+//! neighbours; a request beyond `runs.max_pending_runs` is refused alone. Anything that makes the
+//! batch's transaction fail (a concurrent replica won a unique index, SQLite busy in another process)
+//! sends every request of the batch through the one-at-a-time path, which settles each on its own.
+//! Admissions wait for the SQLite write slot with [`Priority::Admission`], behind the writes of runs
+//! already admitted, so a flood cannot starve the workers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use antler_proto::runs::{CreateRunRequest, MultitaskStrategy};
+use sea_orm::sea_query::Condition;
+use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+use tokio::sync::{mpsc, oneshot};
+
+use super::PENDING;
+use super::admission::{self, Admitted, Effects, NewRun, new_run, new_thread_row};
+use crate::engine::Engine;
+use crate::error::RunsError;
+use crate::store::entity::{run_inputs, runs, threads};
+use crate::store::{Priority, now_ms};
+use crate::stream::insert_rows;
+
+/// Most admissions in one transaction (bounded by SQLite's bound-parameter limit: ~30 per run row).
+pub const MAX_BATCH: usize = 128;
+
+/// Admissions waiting for the batcher; a full queue makes CreateRun handlers wait (they are bounded
+/// by the server's concurrency limit anyway).
+pub const QUEUE: usize = 4096;
+
+type Outcome = Result<(Admitted, Effects), RunsError>;
+
+/// One admission handed to the batcher: a request that passed `sanitise` and whose thread is new.
+pub struct Job {
+    user_id: String,
+    req: CreateRunRequest,
+    fingerprint: String,
+    reply: oneshot::Sender<Outcome>,
+}
+
+/// The handle CreateRun uses; see the module documentation.
+#[derive(Debug, Clone)]
+pub struct Admitter {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Admitter {
+    /// The handle and the receiving end for [`run`].
+    pub fn channel() -> (Self, mpsc::Receiver<Job>) {
+        let (jobs, rx) = mpsc::channel(QUEUE);
+        (Self { jobs }, rx)
+    }
+
+    /// Whether `req` can be admitted in a batch (a new thread, started from nothing).
+    pub fn batchable(req: &CreateRunRequest) -> bool {
+        req.thread_id.is_empty() && req.checkpoint_id.is_empty() && req.resume.is_none()
+    }
+
+    /// Admits `req` with the next batch.
+    pub async fn admit(&self, user_id: &str, req: &CreateRunRequest, fingerprint: String) -> Outcome {
+        let (reply, answer) = oneshot::channel();
+        let job = Job { user_id: user_id.to_owned(), req: req.clone(), fingerprint, reply };
+        if self.jobs.send(job).await.is_err() {
+            return Err(RunsError::Unavailable("the runs service is shutting down".to_owned()));
+        }
+        answer.await.unwrap_or_else(|_| Err(RunsError::Unavailable("the runs service is shutting down".to_owned())))
+    }
+}
+
+/// The batcher: takes whatever admissions are waiting (at most [`MAX_BATCH`]), commits them together,
+/// answers each. Runs until shutdown.
+pub async fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>) {
+    loop {
+        let first = tokio::select! {
+            job = jobs.recv() => match job { Some(job) => job, None => return },
+            () = engine.shutdown.cancelled() => return,
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        metrics::histogram!("antler_admission_batch_size").record(batch.len() as f64);
+        match admit_batch(&engine, &batch).await {
+            Ok(outcomes) => {
+                for (job, outcome) in batch.into_iter().zip(outcomes) {
+                    let _ = job.reply.send(outcome);
+                }
+            }
+            Err(error) => {
+                tracing::debug!(%error, size = batch.len(), "admission batch failed; admitting its requests one by one");
+                for job in batch {
+                    let outcome = admission::create_or_reject_one(&engine, &job.user_id, &job.req, &job.fingerprint).await;
+                    let _ = job.reply.send(outcome);
+                }
+            }
+        }
+    }
+}
+
+/// What became of one request of the batch before the commit.
+enum Plan {
+    Done(Box<Outcome>),
+    Create(Box<NewRun>),
+    /// The same (user, key) as an earlier request of this batch: answered from that one's run.
+    SameKeyAs(usize),
+}
+
+async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, RunsError> {
+    let tx = engine.store.tx_for(Priority::Admission).await?;
+    let now = now_ms();
+
+    // Runs that already hold this batch's idempotency keys: one query.
+    let keyed: Vec<(&str, &str)> =
+        batch.iter().filter(|j| !j.req.idempotency_key.is_empty()).map(|j| (j.user_id.as_str(), j.req.idempotency_key.as_str())).collect();
+    let mut existing: HashMap<(String, String), runs::Model> = HashMap::new();
+    if !keyed.is_empty() {
+        let mut any = Condition::any();
+        for (user, key) in &keyed {
+            any = any.add(Condition::all().add(runs::Column::UserId.eq(*user)).add(runs::Column::IdempotencyKey.eq(*key)));
+        }
+        for run in runs::Entity::find().filter(any).all(&*tx).await? {
+            if let Some(key) = run.idempotency_key.clone() {
+                existing.insert((run.user_id.clone(), key), run);
+            }
+        }
+    }
+    let limit = engine.config.max_pending_runs;
+    let mut pending = if limit > 0 { runs::Entity::find().filter(runs::Column::Status.eq(PENDING)).count(&*tx).await? } else { 0 };
+
+    let mut plans = Vec::with_capacity(batch.len());
+    let mut claimed: HashMap<(&str, &str), usize> = HashMap::new();
+    let (mut thread_rows, mut run_rows, mut input_rows, mut events) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, job) in batch.iter().enumerate() {
+        let key = (job.user_id.as_str(), job.req.idempotency_key.as_str());
+        if !key.1.is_empty() {
+            if let Some(run) = existing.get(&(key.0.to_owned(), key.1.to_owned())) {
+                plans.push(Plan::Done(Box::new(admission::reuse(run.clone(), &job.fingerprint).map(|a| (a, Effects::default())))));
+                continue;
+            }
+            if let Some(&first) = claimed.get(&key) {
+                plans.push(Plan::SameKeyAs(first));
+                continue;
+            }
+        }
+        if limit > 0 && pending >= limit {
+            plans.push(Plan::Done(Box::new(Err(admission::backlog_full(pending, limit)))));
+            continue;
+        }
+        pending += 1;
+        let run_id = uuid::Uuid::now_v7().to_string();
+        let thread = new_thread_row(&job.user_id, &run_id, now);
+        let strategy = match MultitaskStrategy::try_from(job.req.multitask_strategy) {
+            Ok(MultitaskStrategy::Unspecified) | Err(_) => MultitaskStrategy::Reject,
+            Ok(s) => s,
+        };
+        let planned = new_run(engine, &job.user_id, &job.req, &job.fingerprint, run_id, &thread.thread_id, None, false, strategy, now);
+        thread_rows.push(threads::ActiveModel::from(thread));
+        run_rows.push(runs::ActiveModel::from(planned.run.clone()));
+        if let Some(input) = &planned.input {
+            input_rows.push(run_inputs::ActiveModel::from(input.clone()));
+        }
+        events.push(planned.first.clone());
+        if !key.1.is_empty() {
+            claimed.insert(key, i);
+        }
+        plans.push(Plan::Create(Box::new(planned)));
+    }
+
+    if !run_rows.is_empty() {
+        threads::Entity::insert_many(thread_rows).exec_without_returning(&*tx).await?;
+        runs::Entity::insert_many(run_rows).exec_without_returning(&*tx).await?;
+        if !input_rows.is_empty() {
+            run_inputs::Entity::insert_many(input_rows).exec_without_returning(&*tx).await?;
+        }
+        insert_rows(&*tx, &events, now).await?;
+    }
+    // Before the commit: once committed, the dispatcher may start the runs at any moment.
+    let created: Vec<String> =
+        plans.iter().filter_map(|p| if let Plan::Create(n) = p { Some(n.run.run_id.clone()) } else { None }).collect();
+    for (job, plan) in batch.iter().zip(&plans) {
+        if let Plan::Create(planned) = plan {
+            engine.secrets.keep(&planned.run.run_id, job.req.secrets.clone().into_iter().collect());
+        }
+    }
+    if let Err(error) = tx.commit().await {
+        for run_id in &created {
+            engine.secrets.forget(run_id);
+        }
+        return Err(error.into());
+    }
+
+    // Answer in request order; a repeated key gets the run its first request created.
+    let mut runs_by_index: HashMap<usize, runs::Model> = HashMap::new();
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for (i, plan) in plans.into_iter().enumerate() {
+        let outcome = match plan {
+            Plan::Done(outcome) => *outcome,
+            Plan::Create(planned) => {
+                let NewRun { run, first, .. } = *planned;
+                metrics::counter!("antler_runs_admitted_total", "strategy" => strategy_label(&run)).increment(1);
+                runs_by_index.insert(i, run.clone());
+                Ok((Admitted { run, reused: false }, Effects { events: vec![first], superseded: Vec::new() }))
+            }
+            Plan::SameKeyAs(first) => match runs_by_index.get(&first) {
+                Some(run) => admission::reuse(run.clone(), &batch[i].fingerprint).map(|a| (a, Effects::default())),
+                None => Err(RunsError::Unavailable("the run of an earlier request with the same key was not admitted".to_owned())),
+            },
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// The bounded label of a run's strategy, as the one-at-a-time path records it.
+fn strategy_label(run: &runs::Model) -> &'static str {
+    match run.multitask_strategy.as_str() {
+        "interrupt" => MultitaskStrategy::Interrupt.as_str_name(),
+        "rollback" => MultitaskStrategy::Rollback.as_str_name(),
+        "enqueue" => MultitaskStrategy::Enqueue.as_str_name(),
+        _ => MultitaskStrategy::Reject.as_str_name(),
+    }
+}
