@@ -149,7 +149,8 @@ fn start_runs_bench(db: &TestDb, extra: &str) -> Result<Process> {
 
 async fn admission_phase(backend: Backend, window: Duration) -> Result<Vec<String>> {
     let db = TestDb::new(backend).await?;
-    let server = start_runs_bench(&db, "  max_concurrent_runs: 1\n")?;
+    // Everything admitted stays PENDING here: no backlog limit for this phase.
+    let server = start_runs_bench(&db, "  max_concurrent_runs: 1\n  max_pending_runs: 0\n")?;
     let (mut runs, _) = clients(&server).await?;
     hold_the_only_slot(&mut runs).await?;
     // Warm-up: connections, statement caches, the database file.
@@ -214,9 +215,10 @@ async fn completion_phase(backend: Backend, window: Duration) -> Result<Vec<Stri
             // Worker slots in use while runs were waiting.
             let mut samples = Vec::new();
             while started.elapsed() < window {
-                let (pending, running) = (count(&conn, "pending").await?, count(&conn, "running").await?);
+                let pending = count(&conn, "pending").await?;
+                let busy = count(&conn, "running").await? + count(&conn, "finalizing").await?;
                 if pending > 0 {
-                    samples.push(running);
+                    samples.push(busy);
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }

@@ -81,6 +81,8 @@ pub struct Engine {
     pub secrets: crate::secrets::Vault,
     /// Group commit of admissions on new threads.
     pub admitter: crate::lifecycle::admitter::Admitter,
+    /// The estimate of PENDING runs that `runs.max_pending_runs` is checked against.
+    pub backlog: crate::lifecycle::backlog::Backlog,
 }
 
 impl std::fmt::Debug for Engine {

@@ -58,9 +58,6 @@ pub enum Writer<'a> {
     Service,
 }
 
-/// Most event rows per INSERT statement.
-const INSERT_ROWS: usize = 500;
-
 /// Appends one event inside `db` (a transaction). Returns None when `writer` no longer owns the run
 /// (fenced): nothing was written.
 pub async fn append(
@@ -185,9 +182,7 @@ pub fn first_event(run_id: &str, thread_id: &str, kind: Kind, now: i64) -> RunEv
 
 /// Inserts events whose seqs are already allocated, in bounded multi-row statements.
 pub async fn insert_rows(db: &impl ConnectionTrait, events: &[RunEvent], now: i64) -> Result<(), RunsError> {
-    for chunk in events.chunks(INSERT_ROWS) {
-        run_events::Entity::insert_many(chunk.iter().map(|event| row(event, now))).exec_without_returning(db).await?;
-    }
+    crate::store::insert_chunked(db, events.iter().map(|event| row(event, now)).collect()).await?;
     Ok(())
 }
 

@@ -309,7 +309,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
 
     let limit = engine.config.max_pending_runs;
     if limit > 0 {
-        let pending = runs::Entity::find().filter(runs::Column::Status.eq(PENDING)).count(&*tx).await?;
+        let pending = engine.backlog.pending(&*tx).await?;
         if pending >= limit {
             return Err(backlog_full(pending, limit));
         }
@@ -425,6 +425,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         engine.secrets.forget(&run_id);
         return Err(error.into());
     }
+    engine.backlog.admitted(1);
     metrics::counter!("antler_runs_admitted_total", "strategy" => strategy.as_str_name()).increment(1);
     Ok((Admitted { run, reused: false }, effects))
 }

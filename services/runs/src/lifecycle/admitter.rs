@@ -14,16 +14,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use antler_proto::runs::{CreateRunRequest, MultitaskStrategy};
-use sea_orm::sea_query::Condition;
-use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+use sea_orm::{DbBackend, EntityTrait, Statement};
 use tokio::sync::{mpsc, oneshot};
 
-use super::PENDING;
 use super::admission::{self, Admitted, Effects, NewRun, new_run, new_thread_row};
 use crate::engine::Engine;
 use crate::error::RunsError;
 use crate::store::entity::{run_inputs, runs, threads};
-use crate::store::{Priority, now_ms};
+use crate::store::{Priority, insert_chunked, now_ms};
 use crate::stream::insert_rows;
 
 /// Most admissions in one transaction (bounded by SQLite's bound-parameter limit: ~30 per run row).
@@ -122,18 +120,14 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
         batch.iter().filter(|j| !j.req.idempotency_key.is_empty()).map(|j| (j.user_id.as_str(), j.req.idempotency_key.as_str())).collect();
     let mut existing: HashMap<(String, String), runs::Model> = HashMap::new();
     if !keyed.is_empty() {
-        let mut any = Condition::any();
-        for (user, key) in &keyed {
-            any = any.add(Condition::all().add(runs::Column::UserId.eq(*user)).add(runs::Column::IdempotencyKey.eq(*key)));
-        }
-        for run in runs::Entity::find().filter(any).all(&*tx).await? {
+        for run in runs::Entity::find().from_raw_sql(keys_query(engine.store.backend(), &keyed)).all(&*tx).await? {
             if let Some(key) = run.idempotency_key.clone() {
                 existing.insert((run.user_id.clone(), key), run);
             }
         }
     }
     let limit = engine.config.max_pending_runs;
-    let mut pending = if limit > 0 { runs::Entity::find().filter(runs::Column::Status.eq(PENDING)).count(&*tx).await? } else { 0 };
+    let mut pending = if limit > 0 { engine.backlog.pending(&*tx).await? } else { 0 };
 
     let mut plans = Vec::with_capacity(batch.len());
     let mut claimed: HashMap<(&str, &str), usize> = HashMap::new();
@@ -175,11 +169,9 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
     }
 
     if !run_rows.is_empty() {
-        threads::Entity::insert_many(thread_rows).exec_without_returning(&*tx).await?;
-        runs::Entity::insert_many(run_rows).exec_without_returning(&*tx).await?;
-        if !input_rows.is_empty() {
-            run_inputs::Entity::insert_many(input_rows).exec_without_returning(&*tx).await?;
-        }
+        insert_chunked(&*tx, thread_rows).await?;
+        insert_chunked(&*tx, run_rows).await?;
+        insert_chunked(&*tx, input_rows).await?;
         insert_rows(&*tx, &events, now).await?;
     }
     // Before the commit: once committed, the dispatcher may start the runs at any moment.
@@ -196,6 +188,7 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
         }
         return Err(error.into());
     }
+    engine.backlog.admitted(created.len() as u64);
 
     // Answer in request order; a repeated key gets the run its first request created.
     let mut runs_by_index: HashMap<usize, runs::Model> = HashMap::new();
@@ -217,6 +210,31 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
         outcomes.push(outcome);
     }
     Ok(outcomes)
+}
+
+/// The runs holding any of `keys` (user, idempotency key), as one statement whatever their number:
+/// the pairs travel as arrays (PostgreSQL) or one JSON text (SQLite). One OR per pair would make a
+/// new statement text for every batch size, each evicting a cached one, and a new plan each time.
+fn keys_query(backend: DbBackend, keys: &[(&str, &str)]) -> Statement {
+    let users: Vec<String> = keys.iter().map(|(u, _)| (*u).to_owned()).collect();
+    let idempotency: Vec<String> = keys.iter().map(|(_, k)| (*k).to_owned()).collect();
+    match backend {
+        DbBackend::Postgres => Statement::from_sql_and_values(
+            backend,
+            "SELECT runs.* FROM runs JOIN UNNEST($1::text[], $2::text[]) AS k(user_id, idempotency_key) \
+             ON runs.user_id = k.user_id AND runs.idempotency_key = k.idempotency_key WHERE runs.idempotency_key IS NOT NULL",
+            [users.into(), idempotency.into()],
+        ),
+        _ => {
+            let pairs = serde_json::Value::Array(keys.iter().map(|(u, k)| serde_json::json!([u, k])).collect());
+            Statement::from_sql_and_values(
+                backend,
+                "SELECT * FROM runs WHERE idempotency_key IS NOT NULL AND (user_id, idempotency_key) IN \
+                 (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?))",
+                [pairs.to_string().into()],
+            )
+        }
+    }
 }
 
 /// The bounded label of a run's strategy, as the one-at-a-time path records it.

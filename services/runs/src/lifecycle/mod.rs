@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod admitter;
+pub mod backlog;
 pub mod cancel;
 pub mod finalize;
 pub mod lease;

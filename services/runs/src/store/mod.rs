@@ -83,6 +83,29 @@ impl WriteTx {
     }
 }
 
+/// Most rows per multi-row INSERT (SQLite bounds the parameters of one statement).
+pub const MAX_INSERT_ROWS: usize = 256;
+
+/// Inserts `rows` in multi-row statements of power-of-two sizes (256, 128, …, 1). The drivers cache
+/// prepared statements per SQL text (100 per connection): batches of every size from 1 to 128 would
+/// make hundreds of distinct statements, evicting each other and costing a fresh prepare almost every
+/// time (PostgreSQL admissions fell from 5,300/s to 1,200/s when batches grew past 16); nine sizes
+/// per table stay cached, for at most nine statements per batch.
+pub async fn insert_chunked<A>(db: &impl ConnectionTrait, rows: Vec<A>) -> Result<(), DbErr>
+where
+    A: sea_orm::ActiveModelTrait + Send,
+{
+    let mut rows = rows.into_iter();
+    let mut left = rows.len();
+    while left > 0 {
+        let size = MAX_INSERT_ROWS.min(1 << left.ilog2());
+        let chunk: Vec<A> = rows.by_ref().take(size).collect();
+        left -= chunk.len();
+        <A::Entity as sea_orm::EntityTrait>::insert_many(chunk).exec_without_returning(db).await?;
+    }
+    Ok(())
+}
+
 /// The file of a `sqlite:` URL.
 fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
     let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
@@ -257,6 +280,30 @@ impl Store {
             }
         }
         tracing::warn!("the SQLite WAL could not be truncated at shutdown (readers kept it busy); the next start will");
+    }
+
+    /// PostgreSQL: refreshes the planner's statistics of the busiest tables once they have more than
+    /// doubled since the last ANALYZE. Autovacuum would do it within a minute or so, but a cached
+    /// plan made while a table was small keeps scanning it whole meanwhile: on a fresh database under
+    /// an admission burst, the idempotency-key lookup went from 0.03 ms to 2.5 ms that way.
+    pub async fn refresh_statistics(&self) -> Result<(), DbErr> {
+        if self.backend() != DbBackend::Postgres {
+            return Ok(());
+        }
+        let stale = self
+            .db
+            .query_all_raw(sea_orm::Statement::from_string(
+                DbBackend::Postgres,
+                "SELECT relname FROM pg_stat_user_tables WHERE relname IN ('runs', 'run_events', 'threads') \
+                 AND n_mod_since_analyze > GREATEST(1000, n_live_tup - n_mod_since_analyze)",
+            ))
+            .await?;
+        for row in stale {
+            let table: String = row.try_get_by_index(0)?;
+            self.db.execute_unprepared(&format!("ANALYZE {table}")).await?;
+            tracing::debug!(table, "statistics refreshed");
+        }
+        Ok(())
     }
 
     pub fn backend(&self) -> DbBackend {
