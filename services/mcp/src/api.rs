@@ -191,7 +191,10 @@ impl mcp_service_server::McpService for McpApi {
             tool_call_id: req.tool_call_id,
         };
         let output = self.hub.call(&user, input).await?;
-        let result = serde_json::to_value(&output.result).unwrap_or_default();
+        let mut result = serde_json::to_value(&output.result).unwrap_or_default();
+        if let Some(structured) = result.get_mut("structuredContent") {
+            content::rewrite_json(structured, &output.rewrites);
+        }
         let content = result
             .get("content")
             .and_then(|c| c.as_array())

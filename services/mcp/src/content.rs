@@ -23,6 +23,16 @@ pub fn rewrite(text: &str, rewrites: &Rewrites) -> String {
     out
 }
 
+/// Rewrites every string inside a structured result.
+pub fn rewrite_json(value: &mut Value, rewrites: &Rewrites) {
+    match value {
+        Value::String(s) => *s = rewrite(s, rewrites),
+        Value::Array(items) => items.iter_mut().for_each(|v| rewrite_json(v, rewrites)),
+        Value::Object(map) => map.values_mut().for_each(|v| rewrite_json(v, rewrites)),
+        _ => {}
+    }
+}
+
 fn rewrite_uri(uri: &str, rewrites: &Rewrites) -> String {
     if let Some(path) = uri.strip_prefix("file://") {
         for (host, virt) in rewrites {

@@ -419,6 +419,14 @@ impl Hub {
         let visible = self.visible(&snapshot, user);
         // A name that can only belong to a disabled server is refused as such, without discovery.
         let disabled = visible.iter().find(|s| !s.spec.enabled && s.spec.tool_name_prefix && name.starts_with(&format!("{}_", catalog::sanitize(&s.spec.name))));
+        // The last listing resolves the name even when it is past its `ttlMs` (a 2026-07-28 server may send
+        // 0, "immediately stale"): the server judges the call itself, so re-listing before every call would
+        // only double its latency. Listings are refreshed by ListTools / SearchTools and for unknown names.
+        for runtime in visible.iter().filter(|s| s.spec.enabled) {
+            if let Some(tool) = runtime.tools().iter().find(|t| t.name == name) {
+                return Ok((runtime.clone(), tool.clone()));
+            }
+        }
         let listing = self.list_tools(user, None).await?;
         if let Some(tool) = listing.tools.iter().find(|t| t.name == name) {
             if let Some(runtime) = snapshot.servers.get(&tool.server) {
