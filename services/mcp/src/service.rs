@@ -526,7 +526,9 @@ impl Hub {
                 }
                 Err(error) => {
                     let closed = lease.session.is_closed();
-                    if closed {
+                    // A transport failure leaves the session in doubt: the next call starts a fresh one
+                    // (which is also what feeds the breaker when the server stays down).
+                    if closed || matches!(error, rmcp::ServiceError::TransportSend(_) | rmcp::ServiceError::TransportClosed) {
                         self.pool.discard(&key, &lease.session);
                     }
                     let tail = lease.session.conn.stderr.as_ref().map(|t| t.text()).filter(|t| !t.is_empty());
