@@ -3,7 +3,7 @@
     antler_test_server.py stdio                         stdio transport
     antler_test_server.py http --port P [--oauth] [--stateless] [--tools-ttl-ms N]
 
-Tools: echo, whoami (pid, cwd, TMPDIR), write_output (writes a file under the cwd and returns its host
+Tools: echo, whoami (pid, cwd, TMPDIR), spawn_child (a grandchild process), write_output (writes a file under the cwd and returns its host
 path and a file:// link), crash (the process exits at once, mid-call), hang (waits until cancelled and
 records the cancellation), add_tool (registers one more tool at run time).
 
@@ -90,6 +90,13 @@ def write_output(name: str, text: str) -> list:
     with open(path, "w") as f:
         f.write(text)
     return [TextContent(type="text", text=f"wrote {path}"), ResourceLink(type="resource_link", uri=f"file://{path}", name=name)]
+
+
+@server.tool(description="Starts a long-running child process and reports its pid.")
+def spawn_child() -> str:
+    import subprocess
+
+    return str(subprocess.Popen(["sleep", "600"]).pid)
 
 
 @server.tool(description="Exits the server process at once, in the middle of the call.")

@@ -179,10 +179,11 @@ pub struct McpProcess {
 }
 
 /// The `mcp` section every test needs: the venv's Python allowed as a stdio command, plus `extra` YAML
-/// lines indented under `mcp:` (e.g. "  pool:\n    max_sessions: 2\n").
+/// lines indented under `mcp:` (e.g. "  pool:\n    max_sessions: 2\n"). The file watcher keeps its
+/// default interval (2 s) unless `extra` sets `reload_interval_ms`.
 pub fn mcp_yaml(extensions: &Path, extra: &str) -> Result<String> {
     Ok(format!(
-        "mcp:\n  extensions_config: {}\n  reload_interval_ms: 200\n  stdio:\n    command_allowlist: [node, npx, \"{}\"]\n{extra}",
+        "mcp:\n  extensions_config: {}\n  stdio:\n    command_allowlist: [node, npx, \"{}\"]\n{extra}",
         extensions.display(),
         python()?.display()
     ))

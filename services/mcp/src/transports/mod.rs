@@ -49,6 +49,8 @@ pub struct Connection {
     pub tools_changed: Arc<AtomicBool>,
     /// stdio: what the server last wrote to stderr.
     pub stderr: Option<stdio::StderrTail>,
+    /// stdio: kills the server's process group when the session is dropped (after `service`, by field order).
+    pub _group: Option<stdio::ProcessGroupGuard>,
 }
 
 fn lifecycle(spec: &ServerSpec) -> ClientLifecycleMode {
@@ -80,14 +82,14 @@ pub async fn connect(spec: &ServerSpec, target: &Target) -> Result<Connection, S
     let tools_changed = handler.tools_changed.clone();
     let expired = Arc::new(AtomicU64::new(0));
     let mode = lifecycle(spec);
-    let (service, stderr) = match spec.transport {
+    let (service, stdio) = match spec.transport {
         TransportKind::Stdio => {
             let cwd = target.cwd.clone().ok_or("no working directory for the stdio server")?;
             let tmp = target.tmp.clone().unwrap_or_else(|| cwd.clone());
-            let (transport, tail) =
+            let (transport, tail, group) =
                 stdio::spawn(spec, &cwd, &tmp).map_err(|e| format!("cannot start `{}`: {e}", spec.command))?;
             match serve_client_with_lifecycle(handler, transport, mode).await {
-                Ok(service) => (service, Some(tail)),
+                Ok(service) => (service, Some((tail, group))),
                 Err(error) => {
                     // Give the server's own last words a moment to arrive: they say why it failed.
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -119,5 +121,9 @@ pub async fn connect(spec: &ServerSpec, target: &Target) -> Result<Connection, S
         }
     };
     let protocol_version = service.peer_info().map(|info| info.protocol_version.to_string()).unwrap_or_default();
-    Ok(Connection { service, protocol_version, expired, tools_changed, stderr })
+    let (stderr, group) = match stdio {
+        Some((tail, group)) => (Some(tail), Some(group)),
+        None => (None, None),
+    };
+    Ok(Connection { service, protocol_version, expired, tools_changed, stderr, _group: group })
 }

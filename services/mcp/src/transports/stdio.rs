@@ -43,8 +43,23 @@ impl StderrTail {
     }
 }
 
+/// Kills the server's whole process group when dropped. rmcp's shutdown closes stdin and waits for the
+/// server to exit, which a well-behaved server does — leaving behind whatever it spawned (`npx` children,
+/// helper processes). The group dies with the session instead.
+#[derive(Debug)]
+pub struct ProcessGroupGuard(Option<rustix::process::Pid>);
+
+impl Drop for ProcessGroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            // ESRCH (the group is already gone) is the common, fine outcome.
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
 /// Spawns the server. `cwd` is the thread's workspace, `tmp` its scratch directory.
-pub fn spawn(spec: &ServerSpec, cwd: &Path, tmp: &Path) -> std::io::Result<(TokioChildProcess, StderrTail)> {
+pub fn spawn(spec: &ServerSpec, cwd: &Path, tmp: &Path) -> std::io::Result<(TokioChildProcess, StderrTail, ProcessGroupGuard)> {
     let mut command = tokio::process::Command::new(&spec.command);
     command.args(&spec.args).env_clear().current_dir(cwd);
     for key in INHERITED {
@@ -59,6 +74,8 @@ pub fn spawn(spec: &ServerSpec, cwd: &Path, tmp: &Path) -> std::io::Result<(Toki
     let mut wrapped = CommandWrap::from(command);
     wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
     let (transport, stderr) = TokioChildProcess::builder(wrapped).stderr(Stdio::piped()).spawn()?;
+    // The child leads its group, so its pid is the group id.
+    let group = ProcessGroupGuard(transport.id().and_then(|pid| rustix::process::Pid::from_raw(pid as i32)));
     let tail = StderrTail::default();
     if let Some(stderr) = stderr {
         let tail = tail.clone();
@@ -72,5 +89,5 @@ pub fn spawn(spec: &ServerSpec, cwd: &Path, tmp: &Path) -> std::io::Result<(Toki
             }
         });
     }
-    Ok((transport, tail))
+    Ok((transport, tail, group))
 }
