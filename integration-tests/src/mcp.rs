@@ -9,18 +9,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
 use antler_proto::mcp::mcp_service_client::McpServiceClient;
 use antler_proto::mcp::{CallToolRequest, CallToolResponse, tool_content};
+use anyhow::{Context, Result, anyhow, bail};
 use tonic::transport::Channel;
 
 use crate::{Launch, Process};
 
 /// Where `scripts/setup` put the tools (`$ANTLER_TOOLS`, else `<repo>/.tools`).
 pub fn tools_dir() -> PathBuf {
-    std::env::var_os("ANTLER_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".tools"))
+    std::env::var_os("ANTLER_TOOLS").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".tools"))
 }
 
 fn existing(path: PathBuf) -> Result<PathBuf> {
@@ -117,10 +115,8 @@ impl HttpServer {
         });
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
-                if line.contains(needle) {
-                    return Ok(());
-                }
+            if rx.recv_timeout(Duration::from_millis(100)).is_ok_and(|line| line.contains(needle)) {
+                return Ok(());
             }
             if let Some(status) = self.child.try_wait()? {
                 bail!("the MCP test server exited before listening ({status})");

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, anyhow, ensure};
 use antler_integration_tests::mcp::{self, HttpServer, call, eventually, text};
 use antler_integration_tests::runs::authed;
 use antler_integration_tests::{Launch, try_start};
 use antler_proto::mcp::{ListServersRequest, ListToolsRequest, ReloadConfigRequest, ServerStatus};
+use anyhow::{Result, anyhow, ensure};
 use serde_json::json;
 use tonic::Code;
 
@@ -89,8 +89,13 @@ async fn variables_resolve_and_the_child_gets_only_its_own_environment() -> Resu
         "every": {"command": "node", "args": [mcp::everything_js()?, "stdio"], "env": {"ANTLER_PASSED": "$ANTLER_MCP_TEST_VALUE", "WITH_DEFAULT": "${ANTLER_UNSET_VAR:-fallback}"}},
         "missing": {"command": "node", "args": ["x.js"], "env": {"X": "$ANTLER_MCP_NOT_SET_ANYWHERE"}},
     });
-    let inline = format!("  servers:\n    inline:\n      command: \"{}\"\n      args: [\"{}\", stdio]\n", mcp::python()?.display(), mcp::test_server_py()?.display());
-    let service = mcp::start(servers, &inline, "", &[("ANTLER_MCP_TEST_VALUE", "from-env"), ("ANTLER_MCP_SERVICE_SECRET", "hidden-value")])?;
+    let inline = format!(
+        "  servers:\n    inline:\n      command: \"{}\"\n      args: [\"{}\", stdio]\n",
+        mcp::python()?.display(),
+        mcp::test_server_py()?.display()
+    );
+    let service =
+        mcp::start(servers, &inline, "", &[("ANTLER_MCP_TEST_VALUE", "from-env"), ("ANTLER_MCP_SERVICE_SECRET", "hidden-value")])?;
     let mut client = service.client().await?;
     let env = text(&client.call_tool(call("every_get-env", json!({}))).await?.into_inner());
     ensure!(env.contains("\"ANTLER_PASSED\": \"from-env\"") || env.contains("\"ANTLER_PASSED\":\"from-env\""), "{env}");
@@ -193,7 +198,10 @@ async fn oauth_tokens_are_fetched_refreshed_before_expiry_rotated_and_never_show
     tokio::time::sleep(Duration::from_millis(1200)).await;
     client.call_tool(call("rt_echo", json!({"message": "b"}))).await?;
     let seen = refreshing.stats().await?;
-    let used: Vec<String> = seen["refresh_tokens_used"].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+    let used: Vec<String> = seen["refresh_tokens_used"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
     // Every refresh after the first sends the token the previous one rotated in (the server accepts only
     // the current one, so a stale token would have failed with invalid_grant).
     let distinct: std::collections::BTreeSet<&String> = used.iter().collect();
@@ -206,7 +214,8 @@ async fn oauth_tokens_are_fetched_refreshed_before_expiry_rotated_and_never_show
     let bad = listed.servers.iter().find(|s| s.name == "bad").ok_or_else(|| anyhow!("bad missing"))?;
     ensure!(bad.oauth_enabled && bad.last_error.contains("OAuth") && bad.last_error.contains("401"), "{bad:?}");
 
-    let mut secrets: Vec<String> = credentials.stats().await?["issued"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect();
+    let mut secrets: Vec<String> =
+        credentials.stats().await?["issued"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect();
     secrets.extend(refreshing.stats().await?["issued"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)));
     secrets.extend(used.iter().skip(1).cloned());
     secrets.extend(["s3cret-client-value".to_owned(), "wrong-secret-value-123".to_owned(), "rt-initial-0123456789".to_owned()]);

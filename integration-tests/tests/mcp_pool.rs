@@ -4,14 +4,17 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow, ensure};
 use antler_integration_tests::mcp::{self, HttpServer, call, eventually, text};
 use antler_integration_tests::runs::authed;
 use antler_proto::mcp::{CallToolRequest, CircuitState, GetPoolStatsRequest, ListServersRequest, ServerPoolStats};
+use anyhow::{Result, anyhow, ensure};
 use serde_json::json;
 use tonic::Code;
 
-async fn stats(client: &mut antler_proto::mcp::mcp_service_client::McpServiceClient<tonic::transport::Channel>, server: &str) -> Result<ServerPoolStats> {
+async fn stats(
+    client: &mut antler_proto::mcp::mcp_service_client::McpServiceClient<tonic::transport::Channel>,
+    server: &str,
+) -> Result<ServerPoolStats> {
     let response = client.get_pool_stats(GetPoolStatsRequest { server: server.into() }).await?.into_inner();
     response.per_server.into_iter().next().ok_or_else(|| anyhow!("no stats for {server}"))
 }

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, ensure};
 use antler_integration_tests::mcp::{self, HttpServer, call, text};
 use antler_proto::mcp::{ListServersRequest, ListToolsRequest, QueryKind, SearchToolsRequest, ServerStatus, Transport, tool_content};
+use anyhow::{Result, ensure};
 use serde_json::json;
 use tonic::Code;
 
@@ -26,9 +26,13 @@ async fn every_transport_answers_call_tool_with_the_servers_content() -> Result<
     let service = mcp::start(servers, "", "", &[])?;
     let mut client = service.client().await?;
 
-    for (server, expected) in
-        [("stdio", "Echo: hi stdio"), ("legacy", "Echo: hi legacy"), ("streamable", "Echo: hi streamable"), ("pystdio", "Echo: hi pystdio"), ("modern", "Echo: hi modern")]
-    {
+    for (server, expected) in [
+        ("stdio", "Echo: hi stdio"),
+        ("legacy", "Echo: hi legacy"),
+        ("streamable", "Echo: hi streamable"),
+        ("pystdio", "Echo: hi pystdio"),
+        ("modern", "Echo: hi modern"),
+    ] {
         let message = format!("hi {server}");
         let response = client.call_tool(call(&format!("{server}_echo"), json!({"message": message}))).await?.into_inner();
         ensure!(text(&response) == expected, "{server}: {response:?}");
@@ -37,7 +41,12 @@ async fn every_transport_answers_call_tool_with_the_servers_content() -> Result<
 
     let servers = client.list_servers(ListServersRequest {}).await?.into_inner();
     let by_name = |n: &str| servers.servers.iter().find(|s| s.name == n).cloned();
-    for (name, transport) in [("stdio", Transport::Stdio), ("legacy", Transport::Sse), ("streamable", Transport::StreamableHttp), ("modern", Transport::StreamableHttp)] {
+    for (name, transport) in [
+        ("stdio", Transport::Stdio),
+        ("legacy", Transport::Sse),
+        ("streamable", Transport::StreamableHttp),
+        ("modern", Transport::StreamableHttp),
+    ] {
         let info = by_name(name).ok_or_else(|| anyhow::anyhow!("{name} missing"))?;
         ensure!(info.transport() == transport && info.status() == ServerStatus::Ready && info.tool_count > 0, "{info:?}");
     }
@@ -124,13 +133,19 @@ async fn tools_are_named_searched_and_their_arguments_checked_before_sending() -
     let missing = client.list_tools(ListToolsRequest { server: "nope".into() }).await.err().map(|s| s.code());
     ensure!(missing == Some(Code::NotFound), "{missing:?}");
 
-    let select = client.search_tools(SearchToolsRequest { query: "select:echo,nothing,every_thing_get-sum".into(), max_results: 0 }).await?.into_inner();
+    let select = client
+        .search_tools(SearchToolsRequest { query: "select:echo,nothing,every_thing_get-sum".into(), max_results: 0 })
+        .await?
+        .into_inner();
     let picked: Vec<&str> = select.tools.iter().map(|t| t.name.as_str()).collect();
     ensure!(picked == ["echo", "every_thing_get-sum"] && select.missing_names == ["nothing"], "{select:?}");
     ensure!(select.query_kind() == QueryKind::Select && select.catalog_hash == listing.catalog_hash, "{select:?}");
     let required = client.search_tools(SearchToolsRequest { query: "+every_thing sum".into(), max_results: 3 }).await?.into_inner();
     ensure!(required.query_kind() == QueryKind::RequiredKeyword && required.tools.len() == 3, "{required:?}");
-    ensure!(required.tools[0].name == "every_thing_get-sum" && required.tools.iter().all(|t| t.name.contains("every_thing")), "{required:?}");
+    ensure!(
+        required.tools[0].name == "every_thing_get-sum" && required.tools.iter().all(|t| t.name.contains("every_thing")),
+        "{required:?}"
+    );
     let regex = client.search_tools(SearchToolsRequest { query: "ech.".into(), max_results: 0 }).await?.into_inner();
     ensure!(regex.query_kind() == QueryKind::Regex && regex.tools.first().is_some_and(|t| t.name.ends_with("echo")), "{regex:?}");
     let literal = client.search_tools(SearchToolsRequest { query: "sum(".into(), max_results: 0 }).await?.into_inner();
@@ -142,7 +157,11 @@ async fn tools_are_named_searched_and_their_arguments_checked_before_sending() -
     ensure!(bad.code() == Code::InvalidArgument && bad.message().starts_with("arguments.message:"), "{bad:?}");
     let missing = client.call_tool(call("echo", json!({}))).await.err().ok_or_else(|| anyhow::anyhow!("accepted"))?;
     ensure!(missing.code() == Code::InvalidArgument && missing.message().contains("message"), "{missing:?}");
-    let meta = client.call_tool(call("echo", json!({"message": "x", "_meta": {"progressToken": 1}}))).await.err().map(|s| (s.code(), s.message().to_owned()));
+    let meta = client
+        .call_tool(call("echo", json!({"message": "x", "_meta": {"progressToken": 1}})))
+        .await
+        .err()
+        .map(|s| (s.code(), s.message().to_owned()));
     ensure!(meta.as_ref().is_some_and(|(c, m)| *c == Code::InvalidArgument && m.starts_with("arguments._meta")), "{meta:?}");
     let unknown = client.call_tool(call("no_such_tool", json!({}))).await.err().map(|s| s.code());
     ensure!(unknown == Some(Code::NotFound), "{unknown:?}");

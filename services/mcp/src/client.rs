@@ -33,10 +33,10 @@ pub fn result_text(response: &CallToolResponse) -> String {
             None => {}
         }
     }
-    if parts.is_empty() {
-        if let Some(structured) = &response.structured_content {
-            return format!("{structured:?}");
-        }
+    if parts.is_empty()
+        && let Some(structured) = &response.structured_content
+    {
+        return format!("{structured:?}");
     }
     parts.join("\n")
 }

@@ -223,13 +223,13 @@ pub fn load(config: &Config) -> Result<McpConfig, ConfigError> {
             message: p.message,
         })?;
     }
-    if let Some(path) = mcp.configured_file(config.path.as_deref()) {
-        if !path.is_file() {
-            return Err(ConfigError::Invalid {
-                path: "mcp.extensions_config".to_owned(),
-                message: format!("{} does not exist", path.display()),
-            });
-        }
+    if let Some(path) = mcp.configured_file(config.path.as_deref())
+        && !path.is_file()
+    {
+        return Err(ConfigError::Invalid {
+            path: "mcp.extensions_config".to_owned(),
+            message: format!("{} does not exist", path.display()),
+        });
     }
     Ok(mcp)
 }

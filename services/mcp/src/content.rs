@@ -5,7 +5,9 @@
 //! Blocks are read from their JSON wire form (`type`: text | image | audio | resource | resource_link),
 //! which is the protocol's contract, rather than from rmcp's enums, which grow variants between versions.
 
-use antler_proto::mcp::{AudioContent, EmbeddedResource, ImageContent, ResourceLink, TextContent, ToolContent, embedded_resource, tool_content};
+use antler_proto::mcp::{
+    AudioContent, EmbeddedResource, ImageContent, ResourceLink, TextContent, ToolContent, embedded_resource, tool_content,
+};
 use base64::Engine;
 use serde_json::Value;
 
@@ -36,10 +38,10 @@ pub fn rewrite_json(value: &mut Value, rewrites: &Rewrites) {
 fn rewrite_uri(uri: &str, rewrites: &Rewrites) -> String {
     if let Some(path) = uri.strip_prefix("file://") {
         for (host, virt) in rewrites {
-            if let Some(rest) = path.strip_prefix(host.as_str()) {
-                if rest.is_empty() || rest.starts_with('/') {
-                    return format!("{virt}{rest}");
-                }
+            if let Some(rest) = path.strip_prefix(host.as_str())
+                && (rest.is_empty() || rest.starts_with('/'))
+            {
+                return format!("{virt}{rest}");
             }
         }
     }
@@ -98,7 +100,10 @@ mod tests {
     fn host_paths_become_virtual_paths_in_text_and_file_links() {
         let text = block(&json!({"type": "text", "text": "wrote /data/sandbox/users/u/threads/t/user-data/outputs/a.csv"}), &rewrites());
         assert!(matches!(text.content, Some(tool_content::Content::Text(ref t)) if t.text == "wrote /mnt/user-data/outputs/a.csv"));
-        let link = block(&json!({"type": "resource_link", "uri": "file:///data/sandbox/users/u/threads/t/user-data/outputs/a.csv", "name": "a"}), &rewrites());
+        let link = block(
+            &json!({"type": "resource_link", "uri": "file:///data/sandbox/users/u/threads/t/user-data/outputs/a.csv", "name": "a"}),
+            &rewrites(),
+        );
         assert!(matches!(link.content, Some(tool_content::Content::ResourceLink(ref l)) if l.uri == "/mnt/user-data/outputs/a.csv"));
         let other = block(&json!({"type": "resource_link", "uri": "https://example.com/x", "name": "x"}), &rewrites());
         assert!(matches!(other.content, Some(tool_content::Content::ResourceLink(ref l)) if l.uri == "https://example.com/x"));

@@ -168,8 +168,7 @@ pub fn parse_entry(name: &str, raw: &Value, ctx: EntryContext<'_>) -> Result<Ser
 
     let args: Vec<String> = entry.args.into_iter().map(Scalar::into_string).collect();
     let env: BTreeMap<String, String> = entry.env.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_string())).collect();
-    let headers: BTreeMap<String, String> =
-        entry.headers.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_string())).collect();
+    let headers: BTreeMap<String, String> = entry.headers.unwrap_or_default().into_iter().map(|(k, v)| (k, v.into_string())).collect();
     let command = entry.command.unwrap_or_default();
     let url = entry.url.unwrap_or_default();
 
@@ -216,10 +215,8 @@ pub fn parse_entry(name: &str, raw: &Value, ctx: EntryContext<'_>) -> Result<Ser
     if transport == TransportKind::Sse && lifecycle == Lifecycle::Stateless {
         return Err(problem("protocol", "legacy SSE servers have no stateless mode".to_owned()));
     }
-    if let Some(users) = &entry.users {
-        if let Some(bad) = users.iter().find(|u| !antler_kit::auth::valid_user_id(u)) {
-            return Err(problem("users", format!("`{bad}` is not a valid user id")));
-        }
+    if let Some(bad) = entry.users.iter().flatten().find(|u| !antler_kit::auth::valid_user_id(u)) {
+        return Err(problem("users", format!("`{bad}` is not a valid user id")));
     }
 
     Ok(ServerSpec {
@@ -498,7 +495,10 @@ mod tests {
         assert!(locate(None, Some(named.to_str().unwrap_or_default()), dir.path()).is_err(), "a missing env file is an error");
         std::fs::write(&named, "{}")?;
         assert_eq!(locate(None, Some(named.to_str().unwrap_or_default()), dir.path())?, Some(named.clone()));
-        assert_eq!(locate(Some(Path::new("/x.json")), Some(named.to_str().unwrap_or_default()), dir.path())?, Some(PathBuf::from("/x.json")));
+        assert_eq!(
+            locate(Some(Path::new("/x.json")), Some(named.to_str().unwrap_or_default()), dir.path())?,
+            Some(PathBuf::from("/x.json"))
+        );
         Ok(())
     }
 }

@@ -13,7 +13,8 @@ pub const ALLOWLIST_ENV: &str = "DEER_FLOW_MCP_STDIO_COMMAND_ALLOWLIST";
 /// Interpreter options that run code given on the command line (python `-c`, node `-e`/`-p`/`-r`, npx
 /// `-c`, …). Only options before the first positional argument are checked: what follows the script or
 /// package name belongs to the server (`server.py -p 8080` is fine).
-const EXEC_LONG_FLAGS: &[&str] = &["--eval", "--print", "--require", "--import", "--loader", "--experimental-loader", "--call", "--command"];
+const EXEC_LONG_FLAGS: &[&str] =
+    &["--eval", "--print", "--require", "--import", "--loader", "--experimental-loader", "--call", "--command"];
 const EXEC_SHORT_FLAGS: &[char] = &['c', 'e', 'p', 'r'];
 
 /// Options that take the next argument as their value and end the interpreter's own options.

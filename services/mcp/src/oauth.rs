@@ -63,10 +63,10 @@ impl TokenSource {
     /// within the skew of its expiry. Concurrent callers share one request (the lock is held across it).
     pub async fn authorization(&self) -> Result<String, OAuthError> {
         let mut state = self.state.lock().await;
-        if let Some(token) = &state.token {
-            if Instant::now() + self.spec.refresh_skew < token.expires_at {
-                return Ok(token.header.clone());
-            }
+        if let Some(token) = &state.token
+            && Instant::now() + self.spec.refresh_skew < token.expires_at
+        {
+            return Ok(token.header.clone());
         }
         let token = self.request(&mut state).await?;
         let header = token.header.clone();
@@ -109,14 +109,9 @@ impl TokenSource {
         set("client_secret", &spec.client_secret);
 
         let secrets: Vec<String> = form.iter().map(|(_, v)| v.clone()).filter(|v| v.len() >= 8).collect();
-        let response = self
-            .http
-            .post(&spec.token_url)
-            .form(&form)
-            .timeout(self.timeout)
-            .send()
-            .await
-            .map_err(|e| if e.is_timeout() { fail(format!("timed out after {}s", self.timeout.as_secs())) } else { fail(e.without_url().to_string()) })?;
+        let response = self.http.post(&spec.token_url).form(&form).timeout(self.timeout).send().await.map_err(|e| {
+            if e.is_timeout() { fail(format!("timed out after {}s", self.timeout.as_secs())) } else { fail(e.without_url().to_string()) }
+        })?;
         let status = response.status();
         let body = response.text().await.map_err(|e| fail(e.without_url().to_string()))?;
         if !status.is_success() {
@@ -130,7 +125,8 @@ impl TokenSource {
             .filter(|t| !t.is_empty())
             .ok_or_else(|| fail(format!("the response has no `{}`", spec.token_field)))?
             .to_owned();
-        let token_type = json.get(&spec.token_type_field).and_then(Value::as_str).filter(|t| !t.is_empty()).unwrap_or(&spec.default_token_type);
+        let token_type =
+            json.get(&spec.token_type_field).and_then(Value::as_str).filter(|t| !t.is_empty()).unwrap_or(&spec.default_token_type);
         // "bearer" from some servers; the header scheme is case-insensitive but Bearer is the norm.
         let token_type = if token_type.eq_ignore_ascii_case("bearer") { "Bearer" } else { token_type };
         let expires_in = json

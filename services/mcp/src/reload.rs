@@ -42,10 +42,11 @@ async fn poll(hub: Arc<Hub>, interval: Duration, shutdown: CancellationToken) {
         // A file being replaced can be briefly absent; a deleted file keeps the last good config (DeerFlow).
         let Ok(meta) = tokio::fs::metadata(&path).await else { continue };
         let stamp = Stamp { size: meta.len(), modified: meta.modified().ok() };
-        if let Some((p, s, _)) = &last {
-            if *p == path && *s == stamp {
-                continue;
-            }
+        if let Some((p, s, _)) = &last
+            && *p == path
+            && *s == stamp
+        {
+            continue;
         }
         let Ok(bytes) = tokio::fs::read(&path).await else { continue };
         let hash: [u8; 32] = Sha256::digest(&bytes).into();

@@ -20,7 +20,10 @@ pub fn check(tool: &ToolEntry, arguments: &Map<String, Value>, max_bytes: usize)
     }
     let size = serde_json::to_vec(arguments).map(|v| v.len()).unwrap_or(usize::MAX);
     if size > max_bytes {
-        return Err(McpError::invalid("arguments", format!("{size} bytes of JSON exceeds the limit of {max_bytes} (mcp.calls.max_argument_bytes)")));
+        return Err(McpError::invalid(
+            "arguments",
+            format!("{size} bytes of JSON exceeds the limit of {max_bytes} (mcp.calls.max_argument_bytes)"),
+        ));
     }
     let Some(validator) = tool.validator() else { return Ok(()) };
     let instance = Value::Object(arguments.clone());

@@ -57,7 +57,13 @@ pub struct ServerRuntime {
 }
 
 impl ServerRuntime {
-    pub fn new(spec: ServerSpec, counters: Arc<Counters>, breaker: Arc<Breaker>, oauth: Option<Arc<TokenSource>>, http: reqwest::Client) -> Self {
+    pub fn new(
+        spec: ServerSpec,
+        counters: Arc<Counters>,
+        breaker: Arc<Breaker>,
+        oauth: Option<Arc<TokenSource>>,
+        http: reqwest::Client,
+    ) -> Self {
         let status = if spec.enabled { Status::Pending } else { Status::Disabled };
         Self {
             spec,

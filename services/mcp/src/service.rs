@@ -290,7 +290,11 @@ impl Hub {
             name: spec.name.clone(),
             counters: runtime.counters.clone(),
             breaker: runtime.breaker.clone(),
-            ttl: secs(if spec.transport == TransportKind::Stdio { config.pool.stdio_session_ttl_secs } else { config.pool.session_ttl_secs }),
+            ttl: secs(if spec.transport == TransportKind::Stdio {
+                config.pool.stdio_session_ttl_secs
+            } else {
+                config.pool.session_ttl_secs
+            }),
             init_timeout: spec.session_init_timeout,
         };
         let secrets: Vec<String> = target.headers.values().cloned().collect();
@@ -300,7 +304,10 @@ impl Hub {
             async move {
                 if let (Some(cwd), Some(tmp)) = (&target.cwd, &target.tmp) {
                     std::fs::create_dir_all(cwd).and_then(|()| std::fs::create_dir_all(tmp)).map_err(|e| {
-                        McpError::unavailable(format!("server `{}`: cannot create its working directory: {}", connect_spec.name, e.kind()), 5)
+                        McpError::unavailable(
+                            format!("server `{}`: cannot create its working directory: {}", connect_spec.name, e.kind()),
+                            5,
+                        )
                     })?;
                 }
                 transports::connect(&connect_spec, &target).await.map_err(|message| {
@@ -353,7 +360,11 @@ impl Hub {
         let result = match tokio::time::timeout(spec.session_init_timeout, listing).await {
             Ok(result) => result,
             Err(_) => Err(McpError::unavailable(
-                format!("server `{}`: tool discovery timed out after {}s (session_init_timeout)", spec.name, spec.session_init_timeout.as_secs_f64()),
+                format!(
+                    "server `{}`: tool discovery timed out after {}s (session_init_timeout)",
+                    spec.name,
+                    spec.session_init_timeout.as_secs_f64()
+                ),
                 5,
             )),
         };
@@ -390,7 +401,9 @@ impl Hub {
             Some(name) => {
                 let found: Vec<_> = servers.into_iter().filter(|s| s.spec.name == name).collect();
                 if found.is_empty() {
-                    return Err(McpError::NotFound(format!("no MCP server named `{name}`\nhint: ListServers shows the configured servers")));
+                    return Err(McpError::NotFound(format!(
+                        "no MCP server named `{name}`\nhint: ListServers shows the configured servers"
+                    )));
                 }
                 found
             }
@@ -409,7 +422,8 @@ impl Hub {
         let tools = catalog::dedup(tools);
         let mut tools = tools;
         tools.sort_by(|a, b| a.name.cmp(&b.name));
-        let catalog_hash = if self.config().tool_search.enabled && !tools.is_empty() { catalog::catalog_hash(&tools) } else { String::new() };
+        let catalog_hash =
+            if self.config().tool_search.enabled && !tools.is_empty() { catalog::catalog_hash(&tools) } else { String::new() };
         Ok(ToolListing { tools, unavailable, catalog_hash })
     }
 
@@ -418,7 +432,9 @@ impl Hub {
         let snapshot = self.snapshot();
         let visible = self.visible(&snapshot, user);
         // A name that can only belong to a disabled server is refused as such, without discovery.
-        let disabled = visible.iter().find(|s| !s.spec.enabled && s.spec.tool_name_prefix && name.starts_with(&format!("{}_", catalog::sanitize(&s.spec.name))));
+        let disabled = visible
+            .iter()
+            .find(|s| !s.spec.enabled && s.spec.tool_name_prefix && name.starts_with(&format!("{}_", catalog::sanitize(&s.spec.name))));
         // The last listing resolves the name even when it is past its `ttlMs` (a 2026-07-28 server may send
         // 0, "immediately stale"): the server judges the call itself, so re-listing before every call would
         // only double its latency. Listings are refreshed by ListTools / SearchTools and for unknown names.
@@ -428,10 +444,10 @@ impl Hub {
             }
         }
         let listing = self.list_tools(user, None).await?;
-        if let Some(tool) = listing.tools.iter().find(|t| t.name == name) {
-            if let Some(runtime) = snapshot.servers.get(&tool.server) {
-                return Ok((runtime.clone(), tool.clone()));
-            }
+        if let Some(tool) = listing.tools.iter().find(|t| t.name == name)
+            && let Some(runtime) = snapshot.servers.get(&tool.server)
+        {
+            return Ok((runtime.clone(), tool.clone()));
         }
         if let Some(server) = disabled {
             return Err(McpError::FailedPrecondition(format!(
@@ -473,9 +489,12 @@ impl Hub {
             Ok(_) => "ok",
             Err(e) => e.label(),
         };
-        metrics::histogram!("antler_mcp_call_duration_seconds", "server" => server.clone(), "outcome" => label).record(duration.as_secs_f64());
+        metrics::histogram!("antler_mcp_call_duration_seconds", "server" => server.clone(), "outcome" => label)
+            .record(duration.as_secs_f64());
         let (result, reused, reinitialized) = outcome.map_err(|e| match e {
-            McpError::Unavailable { message, retry_after_secs } => McpError::Unavailable { message: self.redact_for(&runtime, &message, &[]), retry_after_secs },
+            McpError::Unavailable { message, retry_after_secs } => {
+                McpError::Unavailable { message: self.redact_for(&runtime, &message, &[]), retry_after_secs }
+            }
             other => other,
         })?;
         Ok(CallOutput {
@@ -514,8 +533,13 @@ impl Hub {
                 Ok(result) => return Ok((result, lease.reused, reinitialized)),
                 Err(rmcp::ServiceError::McpError(error)) => {
                     let code = error.code.0;
-                    let message = format!("server `{name}` refused the call to `{}` (JSON-RPC error {code}): {}", tool.original, error.message);
-                    return Err(if code == -32602 { McpError::invalid("arguments", message) } else { McpError::FailedPrecondition(message) });
+                    let message =
+                        format!("server `{name}` refused the call to `{}` (JSON-RPC error {code}): {}", tool.original, error.message);
+                    return Err(if code == -32602 {
+                        McpError::invalid("arguments", message)
+                    } else {
+                        McpError::FailedPrecondition(message)
+                    });
                 }
                 Err(rmcp::ServiceError::TransportSend(error)) if sse_expired(&error) && attempt == 0 => {
                     self.pool.discard(&key, &lease.session);
@@ -534,7 +558,9 @@ impl Hub {
                     let tail = lease.session.conn.stderr.as_ref().map(|t| t.text()).filter(|t| !t.is_empty());
                     let said = tail.map(|t| format!("; the server wrote: {t}")).unwrap_or_default();
                     let message = if closed {
-                        format!("server `{name}` closed the session during the call ({error}){said}; the call may have taken effect; the next call starts the server again")
+                        format!(
+                            "server `{name}` closed the session during the call ({error}){said}; the call may have taken effect; the next call starts the server again"
+                        )
                     } else {
                         format!("server `{name}`: the call failed: {error}")
                     };

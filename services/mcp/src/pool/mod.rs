@@ -257,11 +257,7 @@ impl Pool {
     async fn healthy(&self, session: &Session) -> bool {
         let ping = session.conn.service.send_request(ClientRequest::PingRequest(PingRequest::default()));
         // Any answer, even an error for an unknown method, proves the session is alive.
-        match tokio::time::timeout(self.settings.health_check_timeout, ping).await {
-            Ok(Ok(_)) => true,
-            Ok(Err(rmcp::ServiceError::McpError(_))) => true,
-            _ => false,
-        }
+        matches!(tokio::time::timeout(self.settings.health_check_timeout, ping).await, Ok(Ok(_) | Err(rmcp::ServiceError::McpError(_))))
     }
 
     /// Starts a session for `key` (the caller holds the lock and found no slot).
@@ -319,7 +315,13 @@ impl Pool {
         Ok(Next::Wait(done))
     }
 
-    fn settle(&self, server: &ServerRef, key: &PoolKey, generation: u64, result: Result<Connection, McpError>) -> Result<Arc<Session>, McpError> {
+    fn settle(
+        &self,
+        server: &ServerRef,
+        key: &PoolKey,
+        generation: u64,
+        result: Result<Connection, McpError>,
+    ) -> Result<Arc<Session>, McpError> {
         let mut state = self.lock();
         let ours = matches!(state.entries.get(key), Some(Slot::Creating { generation: g, .. }) if *g == generation);
         match result {

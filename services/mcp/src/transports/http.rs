@@ -35,10 +35,17 @@ impl StreamableHttpClient for Observed {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> impl Future<Output = Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>>> + Send + '_ {
-        self.post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, StreamableHttpResponseLimits::default())
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
     }
 
-    fn post_message_with_response_limits(
+    async fn post_message_with_response_limits(
         &self,
         uri: Arc<str>,
         message: ClientJsonRpcMessage,
@@ -46,15 +53,12 @@ impl StreamableHttpClient for Observed {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
-    ) -> impl Future<Output = Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>>> + Send + '_ {
-        async move {
-            let result =
-                self.inner.post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits).await;
-            if matches!(result, Err(StreamableHttpError::SessionExpired)) {
-                self.expired.fetch_add(1, Ordering::Relaxed);
-            }
-            result
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let result = self.inner.post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits).await;
+        if matches!(result, Err(StreamableHttpError::SessionExpired)) {
+            self.expired.fetch_add(1, Ordering::Relaxed);
         }
+        result
     }
 
     fn delete_session(

@@ -86,8 +86,7 @@ pub async fn connect(spec: &ServerSpec, target: &Target) -> Result<Connection, S
         TransportKind::Stdio => {
             let cwd = target.cwd.clone().ok_or("no working directory for the stdio server")?;
             let tmp = target.tmp.clone().unwrap_or_else(|| cwd.clone());
-            let (transport, tail, group) =
-                stdio::spawn(spec, &cwd, &tmp).map_err(|e| format!("cannot start `{}`: {e}", spec.command))?;
+            let (transport, tail, group) = stdio::spawn(spec, &cwd, &tmp).map_err(|e| format!("cannot start `{}`: {e}", spec.command))?;
             match serve_client_with_lifecycle(handler, transport, mode).await {
                 Ok(service) => (service, Some((tail, group))),
                 Err(error) => {

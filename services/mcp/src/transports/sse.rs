@@ -56,7 +56,12 @@ impl Drop for SseTransport {
 }
 
 /// Opens the event stream and waits for the endpoint event. `max_message` bounds one event's data.
-pub async fn connect(client: reqwest::Client, url: &str, headers: HeaderMap, max_message: usize) -> Result<SseTransport, SseTransportError> {
+pub async fn connect(
+    client: reqwest::Client,
+    url: &str,
+    headers: HeaderMap,
+    max_message: usize,
+) -> Result<SseTransport, SseTransportError> {
     let base = reqwest::Url::parse(url).map_err(|e| SseTransportError::BadEndpoint(format!("`{url}`: {e}")))?;
     let response =
         client.get(base.clone()).headers(headers.clone()).header(ACCEPT, "text/event-stream").send().await.map_err(http_error)?;
@@ -67,7 +72,9 @@ pub async fn connect(client: reqwest::Client, url: &str, headers: HeaderMap, max
     let endpoint = loop {
         match events.next().await {
             Some(Ok(event)) if event.event == "endpoint" => {
-                break base.join(event.data.trim()).map_err(|e| SseTransportError::BadEndpoint(format!("endpoint `{}`: {e}", event.data)))?;
+                break base
+                    .join(event.data.trim())
+                    .map_err(|e| SseTransportError::BadEndpoint(format!("endpoint `{}`: {e}", event.data)))?;
             }
             Some(Ok(_)) => continue,
             Some(Err(error)) => return Err(SseTransportError::Http(error.to_string())),
@@ -76,7 +83,10 @@ pub async fn connect(client: reqwest::Client, url: &str, headers: HeaderMap, max
     };
     // The endpoint receives our headers (credentials included): it must be the server we were told to use.
     if endpoint.origin() != base.origin() {
-        return Err(SseTransportError::BadEndpoint(format!("the server named an endpoint on another origin ({})", endpoint.origin().ascii_serialization())));
+        return Err(SseTransportError::BadEndpoint(format!(
+            "the server named an endpoint on another origin ({})",
+            endpoint.origin().ascii_serialization()
+        )));
     }
     let (tx, inbox) = mpsc::channel(INBOX);
     let reader = tokio::spawn(async move {
@@ -84,7 +94,11 @@ pub async fn connect(client: reqwest::Client, url: &str, headers: HeaderMap, max
             match event {
                 Ok(event) if event.event == "message" || event.event.is_empty() => {
                     if event.data.len() > max_message {
-                        tracing::warn!(bytes = event.data.len(), limit = max_message, "SSE message over the size limit; closing the session");
+                        tracing::warn!(
+                            bytes = event.data.len(),
+                            limit = max_message,
+                            "SSE message over the size limit; closing the session"
+                        );
                         return;
                     }
                     match serde_json::from_str::<ServerJsonRpcMessage>(&event.data) {
