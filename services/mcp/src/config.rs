@@ -261,6 +261,17 @@ mod tests {
     }
 
     #[test]
+    fn the_example_lists_the_defaults() -> Result<(), ConfigError> {
+        let text = include_str!("../../../examples/antler.yaml");
+        let example = load(&Config::parse(text, "examples/antler.yaml", &|_| None)?)?;
+        let defaults = McpConfig::default();
+        assert_eq!(format!("{:?}", example.pool), format!("{:?}", defaults.pool));
+        assert_eq!(format!("{:?}", example.calls), format!("{:?}", defaults.calls));
+        assert_eq!(example.reload_interval_ms, defaults.reload_interval_ms);
+        Ok(())
+    }
+
+    #[test]
     fn limits_and_inline_entries_are_checked_with_their_paths() {
         let text = parse("mcp:\n  pool:\n    max_sessions: 0\n").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(text.contains("mcp.pool.max_sessions"), "{text}");

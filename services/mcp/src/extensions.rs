@@ -132,7 +132,16 @@ pub fn parse_entry(name: &str, raw: &Value, ctx: EntryContext<'_>) -> Result<Ser
     }
     let mut resolved: serde_yaml_ng::Value =
         serde_yaml_ng::to_value(raw).map_err(|e| problem("", format!("cannot read the entry: {e}")))?;
-    antler_kit::config::substitute_env(&mut resolved, "", ctx.lookup).map_err(|e| problem("", e.to_string()))?;
+    if let Err(error) = antler_kit::config::substitute_env(&mut resolved.clone(), "", ctx.lookup) {
+        // A disabled entry may name variables nobody set (DeerFlow substitutes ""); an enabled one may not.
+        if raw.get("enabled") != Some(&Value::Bool(false)) {
+            return Err(problem("", error.to_string()));
+        }
+        antler_kit::config::substitute_env(&mut resolved, "", &|name| Some((ctx.lookup)(name).unwrap_or_default()))
+            .map_err(|e| problem("", e.to_string()))?;
+    } else {
+        antler_kit::config::substitute_env(&mut resolved, "", ctx.lookup).map_err(|e| problem("", e.to_string()))?;
+    }
     let resolved: Value = serde_json::to_value(&resolved).map_err(|e| problem("", format!("cannot read the entry: {e}")))?;
     if !resolved.is_object() {
         return Err(problem("", "an entry must be an object".to_owned()));
@@ -452,6 +461,28 @@ mod tests {
             assert_eq!(problem.field, field, "{raw}: {problem}");
             assert!(problem.to_string().starts_with("server `srv`"), "{problem}");
         }
+    }
+
+    #[test]
+    fn a_disabled_entry_may_name_unset_variables() -> Result<(), EntryProblem> {
+        let spec = parse("off", json!({"enabled": false, "command": "npx", "env": {"TOKEN": "$NOT_SET_ANYWHERE"}}))?;
+        assert!(!spec.enabled);
+        assert_eq!(spec.env.get("TOKEN").map(String::as_str), Some(""));
+        Ok(())
+    }
+
+    #[test]
+    fn the_example_file_loads() -> Result<(), Box<dyn std::error::Error>> {
+        let text = include_str!("../../../examples/extensions_config.json");
+        let file = parse_file(Path::new("examples/extensions_config.json"), text.as_bytes())?;
+        let policy = StdioPolicy::new(None, None);
+        let lookup = |_: &str| None;
+        for (name, raw) in &file.servers {
+            let spec = parse_entry(name, raw, ctx(&policy, &lookup)).map_err(|p| p.to_string())?;
+            assert!(spec.ignored_keys.is_empty(), "{name}: {:?}", spec.ignored_keys);
+        }
+        assert!(file.servers.len() >= 4);
+        Ok(())
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::spec::ServerSpec;
 pub struct Loaded {
     pub servers: BTreeMap<String, ServerSpec>,
     pub problems: Vec<EntryProblem>,
-    /// First 16 hex of SHA-256 over the file's bytes and the inline entries.
+    /// First 16 hex of SHA-256 over the file's bytes, the inline entries and the stdio policy.
     pub hash: String,
     /// The extensions file, when there is one.
     pub file: Option<PathBuf>,
@@ -33,6 +33,9 @@ pub fn load(mcp: &McpConfig, antler_yaml: Option<&Path>, cwd: &Path) -> Result<L
     let mut servers = BTreeMap::new();
     let mut problems = Vec::new();
     let mut hasher = Sha256::new();
+    // What decides which entries load is part of the configuration's identity too.
+    hasher.update(policy.allowlist.join("\0").as_bytes());
+    hasher.update(max_call_timeout.as_secs().to_le_bytes());
     if let Some(parsed) = &parsed {
         hasher.update(parsed.sha256);
         if !parsed.ignored_keys.is_empty() {
