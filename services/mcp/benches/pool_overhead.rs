@@ -190,7 +190,8 @@ fn pooled(client: McpServiceClient<Channel>, tool: &'static str) -> CallFn {
         let mut client = client.clone();
         Box::pin(async move {
             let arguments = antler_mcp::convert::map_to_struct(&echo_args());
-            let mut request = tonic::Request::new(CallToolRequest { tool_name: tool.into(), arguments: Some(arguments), ..CallToolRequest::default() });
+            let mut request =
+                tonic::Request::new(CallToolRequest { tool_name: tool.into(), arguments: Some(arguments), ..CallToolRequest::default() });
             request.metadata_mut().insert("authorization", format!("Bearer {}", key(0)).parse()?);
             let response = client.call_tool(request).await?.into_inner();
             if response.is_error {
@@ -302,7 +303,11 @@ async fn main() -> Result<(), BoxError> {
     for user in 1..=sessions {
         let mut c = client.clone();
         let arguments = antler_mcp::convert::map_to_struct(&echo_args());
-        let mut request = tonic::Request::new(CallToolRequest { tool_name: "http_echo".into(), arguments: Some(arguments), ..CallToolRequest::default() });
+        let mut request = tonic::Request::new(CallToolRequest {
+            tool_name: "http_echo".into(),
+            arguments: Some(arguments),
+            ..CallToolRequest::default()
+        });
         request.metadata_mut().insert("authorization", format!("Bearer {}", key(user)).parse()?);
         c.call_tool(request).await?;
     }

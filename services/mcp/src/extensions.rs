@@ -476,7 +476,8 @@ mod tests {
         let text = include_str!("../../../examples/extensions_config.json");
         let file = parse_file(Path::new("examples/extensions_config.json"), text.as_bytes())?;
         let policy = StdioPolicy::new(None, None);
-        let lookup = |_: &str| None;
+        // As for a user who exported the variables the example names.
+        let lookup = |name: &str| Some(format!("value-of-{name}"));
         for (name, raw) in &file.servers {
             let spec = parse_entry(name, raw, ctx(&policy, &lookup)).map_err(|p| p.to_string())?;
             assert!(spec.ignored_keys.is_empty(), "{name}: {:?}", spec.ignored_keys);

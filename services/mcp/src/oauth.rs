@@ -22,11 +22,12 @@ const DEFAULT_EXPIRES_IN_SECS: f64 = 3600.0;
 /// Longest excerpt of an error body kept in a message.
 const BODY_EXCERPT: usize = 200;
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Token {
     header: String,
-    access: String,
     expires_at: Instant,
+    /// Keeps the access token registered with the kit's redactor while it is cached.
+    _registered: antler_kit::redact::Secret,
 }
 
 #[derive(Debug, Default)]
@@ -74,16 +75,6 @@ impl TokenSource {
         Ok(header)
     }
 
-    /// Every credential this source holds now, for redaction.
-    pub async fn secrets(&self) -> Vec<String> {
-        let state = self.state.lock().await;
-        let mut secrets = vec![self.spec.client_secret.clone()];
-        secrets.extend(state.refresh_token.clone());
-        secrets.extend(state.token.as_ref().map(|t| t.access.clone()));
-        secrets.retain(|s| !s.is_empty());
-        secrets
-    }
-
     async fn request(&self, state: &mut State) -> Result<Token, OAuthError> {
         let spec = &self.spec;
         let url = display_url(&spec.token_url);
@@ -108,14 +99,13 @@ impl TokenSource {
         set("client_id", &spec.client_id);
         set("client_secret", &spec.client_secret);
 
-        let secrets: Vec<String> = form.iter().map(|(_, v)| v.clone()).filter(|v| v.len() >= 8).collect();
         let response = self.http.post(&spec.token_url).form(&form).timeout(self.timeout).send().await.map_err(|e| {
             if e.is_timeout() { fail(format!("timed out after {}s", self.timeout.as_secs())) } else { fail(e.without_url().to_string()) }
         })?;
         let status = response.status();
         let body = response.text().await.map_err(|e| fail(e.without_url().to_string()))?;
         if !status.is_success() {
-            let excerpt: String = redact(&body, &secrets).chars().take(BODY_EXCERPT).collect();
+            let excerpt: String = redact(&body).chars().take(BODY_EXCERPT).collect();
             return Err(fail(format!("HTTP {}: {excerpt}", status.as_u16())));
         }
         let json: Value = serde_json::from_str(&body).map_err(|_| fail("the response is not JSON".to_owned()))?;
@@ -135,10 +125,16 @@ impl TokenSource {
             .unwrap_or(DEFAULT_EXPIRES_IN_SECS)
             .clamp(1.0, 10.0 * 365.0 * 86_400.0);
         if let Some(rotated) = json.get("refresh_token").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            antler_kit::redact::register_static(rotated);
             state.refresh_token = Some(rotated.to_owned());
         }
+        let registered = antler_kit::redact::register(&access);
         tracing::info!(token_url = %url, grant = ?spec.grant, expires_in_secs = expires_in, "OAuth token obtained");
-        Ok(Token { header: format!("{token_type} {access}"), access, expires_at: Instant::now() + Duration::from_secs_f64(expires_in) })
+        Ok(Token {
+            header: format!("{token_type} {access}"),
+            expires_at: Instant::now() + Duration::from_secs_f64(expires_in),
+            _registered: registered,
+        })
     }
 }
 

@@ -6,17 +6,27 @@ use serde_json::{Map, Value};
 use crate::catalog::ToolEntry;
 use crate::error::McpError;
 
-/// Argument keys a client may not send: `_meta` is MCP's request metadata (progress tokens, identity on
-/// 2026-07-28) and is set by Antler alone; a tool argument of that name could be read as protocol data.
+/// Top-level argument keys a client may not send: `_meta` is MCP's request metadata (progress tokens,
+/// identity on 2026-07-28) and is set by Antler alone; keys with the kit's reserved prefixes (`antler_`,
+/// `__`) belong to the server on every Antler surface. The kit's identity and credential names are not
+/// applied here: tool arguments follow the tool's own schema, where `owner` (GitHub) or `token` are
+/// ordinary parameters, and nothing here stores them.
 const RESERVED_ARGUMENT_KEYS: &[&str] = &["_meta"];
+
+fn reserved(key: &str) -> bool {
+    RESERVED_ARGUMENT_KEYS.contains(&key) || antler_kit::input_keys::RESERVED_PREFIXES.iter().any(|p| key.starts_with(p))
+}
 
 /// Most schema violations listed in one error.
 const MAX_LISTED: usize = 5;
 
 /// Checks `arguments` for `tool`. Errors are INVALID_ARGUMENT naming `arguments` plus the JSON path.
 pub fn check(tool: &ToolEntry, arguments: &Map<String, Value>, max_bytes: usize) -> Result<(), McpError> {
-    if let Some(key) = arguments.keys().find(|k| RESERVED_ARGUMENT_KEYS.contains(&k.as_str())) {
-        return Err(McpError::invalid(format!("arguments.{key}"), "is reserved for MCP request metadata and may not be sent"));
+    if let Some(key) = arguments.keys().find(|k| reserved(k)) {
+        return Err(McpError::invalid(
+            format!("arguments.{key}"),
+            "is reserved (MCP's `_meta`, or a key starting with `antler_` or `__`) and may not be sent",
+        ));
     }
     let size = serde_json::to_vec(arguments).map(|v| v.len()).unwrap_or(usize::MAX);
     if size > max_bytes {

@@ -168,6 +168,7 @@ impl Hub {
         let timeout = Duration::from_secs(config.oauth.token_timeout_secs);
         // One client per server; rustls, HTTP/2 when the server offers it, keep-alive connections reused.
         let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).build().unwrap_or_default();
+        crate::redact::register_spec(&spec);
         let oauth = spec.oauth.clone().map(|o| Arc::new(TokenSource::new(o, http.clone(), timeout)));
         let breaker = Arc::new(Breaker::new(config.pool.breaker_failures as u32, Duration::from_secs(config.pool.breaker_reset_secs)));
         Arc::new(ServerRuntime::new(spec.clone(), self.counters_for(&spec.name), breaker, oauth, http))
@@ -237,10 +238,8 @@ impl Hub {
         snapshot.servers.values().filter(|s| s.spec.visible_to(user)).cloned().collect()
     }
 
-    fn redact_for(&self, runtime: &ServerRuntime, text: &str, extra: &[String]) -> String {
-        let mut secrets = runtime.spec.secrets();
-        secrets.extend_from_slice(extra);
-        let text = redact(text, &secrets);
+    fn redact_for(&self, text: &str) -> String {
+        let text = redact(text);
         let data_dir = self.data_dir.to_string_lossy();
         if data_dir.len() > 1 { text.replace(data_dir.as_ref(), "<data_dir>") } else { text }
     }
@@ -297,7 +296,6 @@ impl Hub {
             }),
             init_timeout: spec.session_init_timeout,
         };
-        let secrets: Vec<String> = target.headers.values().cloned().collect();
         let data_dir = self.data_dir.to_string_lossy().into_owned();
         let connect_spec = spec.clone();
         let connect = move || {
@@ -311,9 +309,7 @@ impl Hub {
                     })?;
                 }
                 transports::connect(&connect_spec, &target).await.map_err(|message| {
-                    let mut all = connect_spec.secrets();
-                    all.extend(secrets);
-                    let message = redact(&message, &all).replace(&data_dir, "<data_dir>");
+                    let message = redact(&message).replace(&data_dir, "<data_dir>");
                     McpError::unavailable(format!("server `{}`: {message}", connect_spec.name), 5)
                 })
             }
@@ -385,7 +381,7 @@ impl Hub {
                 Ok(tools)
             }
             Err(error) => {
-                let message = self.redact_for(runtime, &error.to_string(), &[]);
+                let message = self.redact_for(&error.to_string());
                 tracing::warn!(server = %spec.name, error = %message, "tool discovery failed");
                 runtime.set_discovery_failed(message);
                 Err(error)
@@ -493,7 +489,7 @@ impl Hub {
             .record(duration.as_secs_f64());
         let (result, reused, reinitialized) = outcome.map_err(|e| match e {
             McpError::Unavailable { message, retry_after_secs } => {
-                McpError::Unavailable { message: self.redact_for(&runtime, &message, &[]), retry_after_secs }
+                McpError::Unavailable { message: self.redact_for(&message), retry_after_secs }
             }
             other => other,
         })?;
@@ -564,7 +560,7 @@ impl Hub {
                     } else {
                         format!("server `{name}`: the call failed: {error}")
                     };
-                    runtime.set_error(self.redact_for(runtime, &message, &[]));
+                    runtime.set_error(self.redact_for(&message));
                     return Err(McpError::unavailable(message, 1));
                 }
             }

@@ -99,16 +99,4 @@ impl ServerSpec {
     pub fn visible_to(&self, user: &str) -> bool {
         self.users.as_ref().is_none_or(|users| users.iter().any(|u| u == user))
     }
-
-    /// Every configured value that may be a credential, for [`crate::redact::redact`].
-    pub fn secrets(&self) -> Vec<String> {
-        let mut secrets: Vec<String> = self.headers.values().cloned().collect();
-        secrets.extend(self.env.values().cloned());
-        if let Some(oauth) = &self.oauth {
-            secrets.push(oauth.client_secret.clone());
-            secrets.push(oauth.refresh_token.clone());
-        }
-        secrets.retain(|s| !s.is_empty());
-        secrets
-    }
 }
