@@ -5,7 +5,8 @@
 //! * unpooled: a direct rmcp client that opens a session per call (what a client without a pool pays);
 //!
 //! at 1 and 16 calls in flight, in one run, printing p50 / p99 / calls per second and the pooled p99
-//! overhead over the floor; then the pool's hit rate over the 10,000 pooled calls of each transport, and
+//! overhead over the floor (at 1 in flight the pooled and floor calls take turns, so both see the same
+//! background load; calls/s is then per path's own time); then the pool's hit rate over the 10,000 pooled calls of each transport, and
 //! the service's RSS per idle pooled session (200 streamable-HTTP sessions of 200 users: no child process
 //! is counted, the servers run elsewhere).
 //!
@@ -169,10 +170,30 @@ async fn measure(f: CallFn, concurrency: usize, calls: usize) -> Result<Figures,
     while let Some(joined) = tasks.join_next().await {
         all.extend(joined??);
     }
-    let wall = started.elapsed();
-    all.sort();
-    let at = |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)];
-    Ok(Figures { p50: at(0.50), p99: at(0.99), per_sec: all.len() as f64 / wall.as_secs_f64() })
+    Ok(figures(all, started.elapsed()))
+}
+
+fn figures(mut samples: Vec<Duration>, wall: Duration) -> Figures {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
+    Figures { p50: at(0.50), p99: at(0.99), per_sec: samples.len() as f64 / wall.as_secs_f64() }
+}
+
+/// One call in flight, the paths taking turns call by call, so that whatever else the machine does at a
+/// moment weighs on each path alike.
+async fn measure_interleaved(paths: &[CallFn], calls: usize) -> Result<Vec<Figures>, BoxError> {
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(calls); paths.len()];
+    let mut spent = vec![Duration::ZERO; paths.len()];
+    for _ in 0..calls {
+        for (i, path) in paths.iter().enumerate() {
+            let t = Instant::now();
+            path().await?;
+            let took = t.elapsed();
+            samples[i].push(took);
+            spent[i] += took;
+        }
+    }
+    Ok(samples.into_iter().zip(spent).map(|(s, wall)| figures(s, wall)).collect())
 }
 
 fn ms(d: Duration) -> String {
@@ -208,8 +229,9 @@ async fn connect(transport: &str, url: &str) -> Result<rmcp::service::RunningSer
     Ok(match transport {
         "stdio" => {
             let mut command = tokio::process::Command::new("node");
-            command.arg(everything_js()?).arg("stdio").stderr(Stdio::null());
-            ().serve(TokioChildProcess::new(command)?).await?
+            command.arg(everything_js()?).arg("stdio");
+            let (transport, _) = TokioChildProcess::builder(command).stderr(Stdio::null()).spawn()?;
+            ().serve(transport).await?
         }
         _ => ().serve(StreamableHttpClientTransport::from_uri(url.to_owned())).await?,
     })
@@ -269,8 +291,12 @@ async fn main() -> Result<(), BoxError> {
         measure(floor(session.clone()), 1, 20).await?;
         let (hits0, misses0) = stats(&client).await?;
         for concurrency in [1usize, 16] {
-            let p = measure(pooled(client.clone(), tool), concurrency, calls).await?;
-            let f = measure(floor(session.clone()), concurrency, calls).await?;
+            let (p, f) = if concurrency == 1 {
+                let mut both = measure_interleaved(&[pooled(client.clone(), tool), floor(session.clone())], calls).await?.into_iter();
+                (both.next().ok_or("no figures")?, both.next().ok_or("no figures")?)
+            } else {
+                (measure(pooled(client.clone(), tool), concurrency, calls).await?, measure(floor(session.clone()), concurrency, calls).await?)
+            };
             let u = measure(unpooled(transport, url.clone()), concurrency.min(4), unpooled_calls).await?;
             for (label, fig) in [("pooled", &p), ("floor", &f), ("unpooled", &u)] {
                 println!("{transport:<7} {concurrency:<3} {label:<9} {:>11} {:>11} {:>10.0}", ms(fig.p50), ms(fig.p99), fig.per_sec);

@@ -101,6 +101,10 @@ pub struct PoolConfig {
     pub breaker_reset_secs: u64,
     /// How often idle and expired sessions are swept, in seconds (1..3600).
     pub sweep_interval_secs: u64,
+    /// Open the optional GET stream of each streamable HTTP session, on which a server sends messages
+    /// unrelated to a call (`tools/list_changed`, its own requests). Off by default: Antler answers no
+    /// server request, and each stream holds a connection per pooled session.
+    pub http_listen_stream: bool,
 }
 
 impl Default for PoolConfig {
@@ -116,6 +120,7 @@ impl Default for PoolConfig {
             breaker_failures: 5,
             breaker_reset_secs: 60,
             sweep_interval_secs: 15,
+            http_listen_stream: false,
         }
     }
 }

@@ -246,36 +246,24 @@ impl Hub {
 
     /// A pooled session of `runtime` for `user` (and `thread`, for stdio servers).
     async fn lease(&self, runtime: &Arc<ServerRuntime>, user: &str, thread: &str) -> Result<(Lease, PoolKey)> {
-        let config = self.config();
-        let spec = runtime.spec.clone();
-        let mut target = Target {
-            cwd: None,
-            tmp: None,
-            headers: spec.headers.clone(),
-            http: runtime.http.clone(),
-            max_response_bytes: config.calls.max_result_bytes as usize,
-        };
+        let spec = &runtime.spec;
+        // Only what the key needs is computed per call; the session's target is built when one starts.
+        let mut authorization = None;
         let scope = match spec.transport {
-            TransportKind::Stdio => {
-                let workspace = self.layout.workspace(user, thread);
-                let cwd = workspace.host_root(antler_sandbox::paths::Root::Workspace);
-                target.tmp = Some(cwd.join(".mcp").join("tmp"));
-                target.cwd = Some(cwd);
-                format!("{user}\u{0}{thread}")
-            }
+            TransportKind::Stdio => format!("{user}\u{0}{thread}"),
             TransportKind::Sse | TransportKind::Http => {
                 if let Some(oauth) = &runtime.oauth {
-                    let header = oauth.authorization().await.map_err(|e| {
+                    authorization = Some(oauth.authorization().await.map_err(|e| {
                         let message = format!("server `{}`: {e}", spec.name);
                         runtime.set_error(message.clone());
                         McpError::unavailable(message, 5)
-                    })?;
-                    target.headers.insert("Authorization".to_owned(), header);
+                    })?);
                 }
                 // Two users never share a session, and a changed credential (a refreshed token) is a new key.
                 let mut hasher = Sha256::new();
                 hasher.update(user.as_bytes());
-                for (k, v) in &target.headers {
+                let oauth_header = authorization.as_ref().map(|h| ("authorization", h));
+                for (k, v) in spec.headers.iter().map(|(k, v)| (k.as_str(), v)).chain(oauth_header) {
                     hasher.update([0]);
                     hasher.update(k.to_ascii_lowercase().as_bytes());
                     hasher.update([0]);
@@ -285,39 +273,50 @@ impl Hub {
             }
         };
         let key = PoolKey { server: spec.name.clone(), transport: spec.transport, scope };
+        let config = self.config();
         let server = ServerRef {
             name: spec.name.clone(),
             counters: runtime.counters.clone(),
             breaker: runtime.breaker.clone(),
-            ttl: secs(if spec.transport == TransportKind::Stdio {
-                config.pool.stdio_session_ttl_secs
-            } else {
-                config.pool.session_ttl_secs
-            }),
+            ttl: secs(if spec.transport == TransportKind::Stdio { config.pool.stdio_session_ttl_secs } else { config.pool.session_ttl_secs }),
             init_timeout: spec.session_init_timeout,
         };
-        let data_dir = self.data_dir.to_string_lossy().into_owned();
-        let connect_spec = spec.clone();
-        let connect = move || {
+        let connect = || {
+            let runtime = runtime.clone();
+            let workspace = (spec.transport == TransportKind::Stdio).then(|| self.layout.workspace(user, thread).host_root(antler_sandbox::paths::Root::Workspace));
+            let data_dir = self.data_dir.to_string_lossy().into_owned();
             async move {
-                if let (Some(cwd), Some(tmp)) = (&target.cwd, &target.tmp) {
+                let spec = &runtime.spec;
+                let mut headers = spec.headers.clone();
+                if let Some(value) = authorization {
+                    headers.insert("Authorization".to_owned(), value);
+                }
+                let tmp = workspace.as_ref().map(|cwd| cwd.join(".mcp").join("tmp"));
+                if let (Some(cwd), Some(tmp)) = (&workspace, &tmp) {
                     std::fs::create_dir_all(cwd).and_then(|()| std::fs::create_dir_all(tmp)).map_err(|e| {
-                        McpError::unavailable(
-                            format!("server `{}`: cannot create its working directory: {}", connect_spec.name, e.kind()),
-                            5,
-                        )
+                        McpError::unavailable(format!("server `{}`: cannot create its working directory: {}", spec.name, e.kind()), 5)
                     })?;
                 }
-                transports::connect(&connect_spec, &target).await.map_err(|message| {
+                let target = Target {
+                    cwd: workspace,
+                    tmp,
+                    headers,
+                    http: runtime.http.clone(),
+                    max_response_bytes: config.calls.max_result_bytes as usize,
+                    listen_stream: config.pool.http_listen_stream,
+                };
+                transports::connect(spec, &target).await.map_err(|message| {
                     let message = redact(&message).replace(&data_dir, "<data_dir>");
-                    McpError::unavailable(format!("server `{}`: {message}", connect_spec.name), 5)
+                    McpError::unavailable(format!("server `{}`: {message}", spec.name), 5)
                 })
             }
             .boxed()
         };
         match self.pool.acquire(&server, key.clone(), connect).await {
             Ok(lease) => {
-                runtime.set_protocol_version(&lease.session.conn.protocol_version);
+                if !lease.reused {
+                    runtime.set_protocol_version(&lease.session.conn.protocol_version);
+                }
                 Ok((lease, key))
             }
             Err(error) => {

@@ -2,8 +2,11 @@
 //! server (so sessions and 2026-07-28 stateless calls reuse pooled HTTP/2 and keep-alive connections).
 //!
 //! rmcp re-initialises a session that answers 404 and retries the request once (rust-sdk #743); it does
-//! not say that it did. [`Observed`] wraps the reqwest client only to count those 404s, which is how
-//! CallTool reports `session_reinitialized` and the pool counts re-initialisations.
+//! not say that it did. [`Observed`] wraps the reqwest client to count those 404s, which is how
+//! CallTool reports `session_reinitialized` and the pool counts re-initialisations, and to leave out the
+//! optional standalone GET stream of a session unless `mcp.pool.http_listen_stream` asks for it: Antler
+//! answers no server-initiated request, and the stream holds a connection and its buffers per pooled
+//! session (responses to calls, with their progress notifications, come on the call's own stream).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,11 +20,14 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::Sse;
 
-/// A reqwest client that counts session-expired (404) answers.
+/// A reqwest client that counts session-expired (404) answers, and opens the session's optional listen
+/// stream only when asked to.
 #[derive(Debug, Clone)]
 pub struct Observed {
     pub inner: reqwest::Client,
     pub expired: Arc<AtomicU64>,
+    /// Open the standalone GET stream a session may use for server-initiated messages.
+    pub listen_stream: bool,
 }
 
 impl StreamableHttpClient for Observed {
@@ -91,6 +97,14 @@ impl StreamableHttpClient for Observed {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> impl Future<Output = Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>>> + Send + '_ {
-        self.inner.get_stream_with_max_sse_event_size(uri, session_id, last_event_id, auth_header, custom_headers, max_sse_event_size)
+        // rmcp opens the standalone stream right after `initialize` (a session id, nothing to resume).
+        // Saying the server has none makes rmcp skip it; resuming a call's own stream is unaffected.
+        let standalone = session_id.is_some() && last_event_id.is_none();
+        async move {
+            if standalone && !self.listen_stream {
+                return Err(StreamableHttpError::ServerDoesNotSupportSse);
+            }
+            self.inner.get_stream_with_max_sse_event_size(uri, session_id, last_event_id, auth_header, custom_headers, max_sse_event_size).await
+        }
     }
 }

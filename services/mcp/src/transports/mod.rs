@@ -36,6 +36,8 @@ pub struct Target {
     pub http: reqwest::Client,
     /// Largest response accepted.
     pub max_response_bytes: usize,
+    /// Streamable HTTP: open the session's standalone listen stream.
+    pub listen_stream: bool,
 }
 
 /// An open session.
@@ -105,7 +107,7 @@ pub async fn connect(spec: &ServerSpec, target: &Target) -> Result<Connection, S
                 .max_sse_event_size(target.max_response_bytes)
                 .reinit_on_expired_session(true);
             config.allow_stateless = true;
-            let client = http::Observed { inner: target.http.clone(), expired: expired.clone() };
+            let client = http::Observed { inner: target.http.clone(), expired: expired.clone(), listen_stream: target.listen_stream };
             let transport = StreamableHttpClientTransport::with_client(client, config);
             let service = serve_client_with_lifecycle(handler, transport, mode).await.map_err(|e| format!("session start failed: {e}"))?;
             (service, None)
