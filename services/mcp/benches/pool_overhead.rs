@@ -3,6 +3,7 @@
 //! * pooled: through McpService (`antler-mcp`, a separate process, over gRPC);
 //! * floor: a direct rmcp client in this process that keeps one session open;
 //! * unpooled: a direct rmcp client that opens a session per call (what a client without a pool pays);
+//! * grpc-only (at 1 in flight): a GetPoolStats round trip to the same service, the gRPC hop's own cost;
 //!
 //! at 1 and 16 calls in flight, in one run, printing p50 / p99 / calls per second and the pooled p99
 //! overhead over the floor (at 1 in flight the pooled and floor calls take turns, so both see the same
@@ -237,6 +238,19 @@ async fn connect(transport: &str, url: &str) -> Result<rmcp::service::RunningSer
     })
 }
 
+/// A gRPC round trip to the same service that does no MCP work (GetPoolStats): the hop's own cost.
+fn grpc_only(client: McpServiceClient<Channel>) -> CallFn {
+    Arc::new(move || {
+        let mut client = client.clone();
+        Box::pin(async move {
+            let mut request = tonic::Request::new(GetPoolStatsRequest { server: "http".into() });
+            request.metadata_mut().insert("authorization", format!("Bearer {}", key(0)).parse()?);
+            client.get_pool_stats(request).await?;
+            Ok(())
+        })
+    })
+}
+
 fn floor(session: Direct) -> CallFn {
     Arc::new(move || {
         let session = session.clone();
@@ -259,7 +273,9 @@ fn unpooled(transport: &'static str, url: String) -> CallFn {
     })
 }
 
-#[tokio::main]
+/// A single-threaded client: on two cores shared with the service and the servers, a second client thread
+/// only adds cross-thread wake-ups to every path alike.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), BoxError> {
     let calls = env_usize("BENCH_CALLS", 5000);
     let unpooled_calls = env_usize("BENCH_UNPOOLED", 40);
@@ -292,8 +308,12 @@ async fn main() -> Result<(), BoxError> {
         let (hits0, misses0) = stats(&client).await?;
         for concurrency in [1usize, 16] {
             let (p, f) = if concurrency == 1 {
-                let mut both = measure_interleaved(&[pooled(client.clone(), tool), floor(session.clone())], calls).await?.into_iter();
-                (both.next().ok_or("no figures")?, both.next().ok_or("no figures")?)
+                let paths = [pooled(client.clone(), tool), floor(session.clone()), grpc_only(client.clone())];
+                let mut all = measure_interleaved(&paths, calls).await?.into_iter();
+                let (p, f) = (all.next().ok_or("no figures")?, all.next().ok_or("no figures")?);
+                let g = all.next().ok_or("no figures")?;
+                println!("{transport:<7} {concurrency:<3} {:<9} {:>11} {:>11} {:>10.0}", "grpc-only", ms(g.p50), ms(g.p99), g.per_sec);
+                (p, f)
             } else {
                 (measure(pooled(client.clone(), tool), concurrency, calls).await?, measure(floor(session.clone()), concurrency, calls).await?)
             };
