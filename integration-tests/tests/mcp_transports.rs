@@ -177,3 +177,23 @@ async fn tools_are_named_searched_and_their_arguments_checked_before_sending() -
     ensure!(bad_thread == Some(Code::InvalidArgument), "{bad_thread:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_stateless_servers_listing_is_cached_for_its_ttl_then_listed_again() -> Result<()> {
+    let server = HttpServer::python(&["--stateless", "--tools-ttl-ms", "1500"], None)?;
+    let service = mcp::start(json!({"modern": {"type": "http", "url": server.url()}}), "", "", &[])?;
+    let mut client = service.client().await?;
+    let names = |l: &antler_proto::mcp::ListToolsResponse| l.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+    let before = client.list_tools(ListToolsRequest::default()).await?.into_inner();
+    ensure!(!names(&before).contains(&"modern_late_tool".to_owned()), "{:?}", names(&before));
+    let added = client.call_tool(call("modern_add_tool", json!({"name": "late_tool"}))).await?.into_inner();
+    ensure!(text(&added) == "added late_tool", "{added:?}");
+    let cached = client.list_tools(ListToolsRequest::default()).await?.into_inner();
+    ensure!(names(&cached) == names(&before), "within ttlMs the listing is not fetched again");
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    let fresh = client.list_tools(ListToolsRequest::default()).await?.into_inner();
+    ensure!(names(&fresh).contains(&"modern_late_tool".to_owned()), "after ttlMs it is: {:?}", names(&fresh));
+    let late = client.call_tool(call("modern_late_tool", json!({}))).await?.into_inner();
+    ensure!(text(&late) == "late_tool", "{late:?}");
+    Ok(())
+}

@@ -315,7 +315,10 @@ async fn main() -> Result<(), BoxError> {
                 println!("{transport:<7} {concurrency:<3} {:<9} {:>11} {:>11} {:>10.0}", "grpc-only", ms(g.p50), ms(g.p99), g.per_sec);
                 (p, f)
             } else {
-                (measure(pooled(client.clone(), tool), concurrency, calls).await?, measure(floor(session.clone()), concurrency, calls).await?)
+                (
+                    measure(pooled(client.clone(), tool), concurrency, calls).await?,
+                    measure(floor(session.clone()), concurrency, calls).await?,
+                )
             };
             let u = measure(unpooled(transport, url.clone()), concurrency.min(4), unpooled_calls).await?;
             for (label, fig) in [("pooled", &p), ("floor", &f), ("unpooled", &u)] {

@@ -278,12 +278,17 @@ impl Hub {
             name: spec.name.clone(),
             counters: runtime.counters.clone(),
             breaker: runtime.breaker.clone(),
-            ttl: secs(if spec.transport == TransportKind::Stdio { config.pool.stdio_session_ttl_secs } else { config.pool.session_ttl_secs }),
+            ttl: secs(if spec.transport == TransportKind::Stdio {
+                config.pool.stdio_session_ttl_secs
+            } else {
+                config.pool.session_ttl_secs
+            }),
             init_timeout: spec.session_init_timeout,
         };
         let connect = || {
             let runtime = runtime.clone();
-            let workspace = (spec.transport == TransportKind::Stdio).then(|| self.layout.workspace(user, thread).host_root(antler_sandbox::paths::Root::Workspace));
+            let workspace = (spec.transport == TransportKind::Stdio)
+                .then(|| self.layout.workspace(user, thread).host_root(antler_sandbox::paths::Root::Workspace));
             let data_dir = self.data_dir.to_string_lossy().into_owned();
             async move {
                 let spec = &runtime.spec;

@@ -66,3 +66,58 @@ impl Counters {
         counter.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    type Series = Arc<Mutex<BTreeMap<String, u64>>>;
+
+    struct Handle(String, Series);
+
+    impl metrics::CounterFn for Handle {
+        fn increment(&self, value: u64) {
+            *self.1.lock().unwrap_or_else(|p| p.into_inner()).entry(self.0.clone()).or_default() += value;
+        }
+        fn absolute(&self, _: u64) {}
+    }
+
+    #[derive(Default)]
+    struct Recorder(Series);
+
+    impl metrics::Recorder for Recorder {
+        fn describe_counter(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+        fn describe_gauge(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+        fn describe_histogram(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+        fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+            let labels: Vec<String> = key.labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
+            metrics::Counter::from_arc(Arc::new(Handle(format!("{}{{{}}}", key.name(), labels.join(",")), self.0.clone())))
+        }
+        fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+            metrics::Gauge::noop()
+        }
+        fn register_histogram(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Histogram {
+            metrics::Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn each_event_reaches_the_stats_and_the_metric_with_only_the_server_label() {
+        let recorder = Recorder::default();
+        let counters = Counters::default();
+        metrics::with_local_recorder(&recorder, || {
+            counters.record("github", Event::Hit, 2);
+            counters.record("github", Event::Miss, 1);
+            counters.record("github", Event::Reinitialization, 1);
+        });
+        assert_eq!(Counters::get(&counters.hits), 2);
+        assert_eq!(Counters::get(&counters.misses), 1);
+        let series = recorder.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert_eq!(series.get("antler_mcp_pool_hits_total{server=github}"), Some(&2));
+        assert_eq!(series.get("antler_mcp_pool_misses_total{server=github}"), Some(&1));
+        assert_eq!(series.get("antler_mcp_session_reinitializations_total{server=github}"), Some(&1));
+    }
+}

@@ -104,7 +104,9 @@ impl StreamableHttpClient for Observed {
             if standalone && !self.listen_stream {
                 return Err(StreamableHttpError::ServerDoesNotSupportSse);
             }
-            self.inner.get_stream_with_max_sse_event_size(uri, session_id, last_event_id, auth_header, custom_headers, max_sse_event_size).await
+            self.inner
+                .get_stream_with_max_sse_event_size(uri, session_id, last_event_id, auth_header, custom_headers, max_sse_event_size)
+                .await
         }
     }
 }
