@@ -118,6 +118,8 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         proc = subprocess.Popen(
             [str(ANTLER_BIN), "up", "--listen", "127.0.0.1:0", "--data-dir", str(root / "data")],
             stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+            # A fresh working directory and no DEER_FLOW_EXTENSIONS_CONFIG_PATH: no MCP servers configured.
+            cwd=root, env={k: v for k, v in os.environ.items() if k != "DEER_FLOW_EXTENSIONS_CONFIG_PATH"},
         )
     request.addfinalizer(lambda: _stop(proc))
 
@@ -195,6 +197,16 @@ def _demo_model_listed(reply: Any) -> None:
     assert reply.default_model_name == "demo", reply
 
 
+def _no_mcp_servers(reply: Any) -> None:
+    # No extensions_config.json in the working directory: no servers, no skipped entries, a config hash.
+    assert list(reply.servers) == [] and list(reply.errors) == [], reply
+    assert len(reply.config_hash) == 16, reply
+
+
+def _empty_pool(reply: Any) -> None:
+    assert reply.sessions_open == 0 and reply.capacity == 256 and list(reply.per_server) == [], reply
+
+
 MISSING = _missing_id()
 
 UNARY_CALLS = (
@@ -207,7 +219,11 @@ UNARY_CALLS = (
     Call("antler.sandbox.v1", "sandbox", "SandboxService", "GetSandbox",
          lambda m: m.GetSandboxRequest(thread_id=MISSING), error_code=grpc.StatusCode.NOT_FOUND, error_text=MISSING),
     Call("antler.mcp.v1", "mcp", "McpService", "ListServers",
-         lambda m: m.ListServersRequest(), error_code=grpc.StatusCode.UNIMPLEMENTED, error_text="McpService.ListServers"),
+         lambda m: m.ListServersRequest(), check=_no_mcp_servers),
+    Call("antler.mcp.v1", "mcp", "McpService", "GetPoolStats",
+         lambda m: m.GetPoolStatsRequest(), check=_empty_pool),
+    Call("antler.mcp.v1", "mcp", "McpService", "CallTool",
+         lambda m: m.CallToolRequest(tool_name="nowhere_echo"), error_code=grpc.StatusCode.NOT_FOUND, error_text="nowhere_echo"),
     Call("antler.models.v1", "models", "ModelService", "ListModels",
          lambda m: m.ListModelsRequest(), check=_demo_model_listed),
     Call("antler.memory.v1", "memory", "MemoryService", "GetMemory",

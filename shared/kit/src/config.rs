@@ -298,6 +298,13 @@ impl ClientsConfig {
     }
 }
 
+/// Resolves `$VAR`, `${VAR}` and `${VAR:-default}` in every string below `value` exactly as in
+/// `antler.yaml`, for other files Antler reads (DeerFlow's `extensions_config.json`). `path` names `value`
+/// in errors; `lookup` resolves a variable name.
+pub fn substitute_env(value: &mut Value, path: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+    env::substitute(value, path, lookup)
+}
+
 /// Checks `min <= value <= max`, naming the path and the limit otherwise.
 pub fn check_range(path: &str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
     if (min..=max).contains(&value) {
