@@ -266,7 +266,11 @@ async fn wal_phase(runs_total: usize) -> Result<Vec<String>> {
         let (peak, wal) = (peak.clone(), wal.clone());
         tasks.push(tokio::spawn(async move {
             for n in 0..per_task {
-                client.create_run(authed(empty_run(false), ALICE)).await?;
+                // As a client should: a full backlog says when to come back.
+                while let Err(status) = client.create_run(authed(empty_run(false), ALICE)).await {
+                    anyhow::ensure!(status.code() == tonic::Code::ResourceExhausted, "CreateRun failed: {status:?}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 if n % 50 == 0 {
                     peak.fetch_max((file_mib(&wal) * 1024.0) as u64, Ordering::Relaxed);
                 }

@@ -136,18 +136,22 @@ impl std::fmt::Debug for Store {
 /// How often the background task copies the SQLite WAL into the database file.
 const WAL_CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
 /// How long a TRUNCATE checkpoint waits for readers before giving up until the next round.
-const TRUNCATE_WAIT: Duration = Duration::from_millis(5);
+const TRUNCATE_WAIT: Duration = Duration::from_millis(20);
 
 /// Keeps the SQLite WAL small without a commit ever paying for it.
 ///
 /// Every round a PASSIVE checkpoint copies what it can into the database file (it never waits for
 /// readers or the writer). That alone does not bound the file: SQLite rewinds the WAL only when a
-/// writer finds it fully copied with no reader still using it, which a busy pool of readers prevents
-/// for ever (3,000 runs once left a 498 MB WAL beside a 14 MB database). So when everything is copied
-/// and the WAL has grown past `truncate_at`, or no write happened since the last round, a TRUNCATE
-/// checkpoint rewinds it to zero bytes. It is taken only when the write slot is free (no commit of
-/// this process waits on it while it runs) and waits for readers at most [`TRUNCATE_WAIT`] before
-/// trying again next round. `journal_size_limit` caps what a rewind leaves on disk in any case.
+/// writer finds it fully copied with no reader still using it, which steady writes and a busy pool of
+/// readers prevent for ever (3,000 runs once left a 498 MB WAL beside a 14 MB database). So:
+/// - when the writer is idle (no frame since the last round) and everything is copied, a TRUNCATE
+///   checkpoint rewinds the WAL to zero bytes, taken only if the write slot is free;
+/// - when the WAL has grown past `truncate_at` (a quarter of `sqlite_wal_max_mib`), the checkpointer
+///   takes the write slot like any writer (so no frame is appended meanwhile) and truncates: the
+///   PASSIVE round just before copied almost everything, so this costs the commits queued behind it
+///   about a millisecond, at most [`TRUNCATE_WAIT`] while readers finish — once per `truncate_at` of
+///   WAL, instead of the automatic checkpoint's stall inside every thousandth commit.
+/// `journal_size_limit` caps what a rewind leaves on disk in any case.
 async fn checkpoint_wal(
     conn: DatabaseConnection,
     wal: std::path::PathBuf,
@@ -173,10 +177,16 @@ async fn checkpoint_wal(
         let idle = frames == last_frames;
         last_frames = frames;
         let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-        if frames <= 0 || copied < frames || !(idle || size >= truncate_at) {
+        let _guard = if size >= truncate_at {
+            slot.acquire(Priority::Lifecycle).await
+        } else if idle && frames > 0 && copied == frames {
+            match slot.try_acquire() {
+                Some(guard) => guard,
+                None => continue,
+            }
+        } else {
             continue;
-        }
-        let Some(_guard) = slot.try_acquire() else { continue };
+        };
         match wal_checkpoint(&conn, "TRUNCATE").await {
             Ok(_) => {
                 last_frames = 0;
