@@ -151,6 +151,7 @@ const TRUNCATE_WAIT: Duration = Duration::from_millis(20);
 ///   PASSIVE round just before copied almost everything, so this costs the commits queued behind it
 ///   about a millisecond, at most [`TRUNCATE_WAIT`] while readers finish — once per `truncate_at` of
 ///   WAL, instead of the automatic checkpoint's stall inside every thousandth commit.
+///
 /// `journal_size_limit` caps what a rewind leaves on disk in any case.
 async fn checkpoint_wal(
     conn: DatabaseConnection,
