@@ -16,6 +16,9 @@ use tonic::Code;
 
 const T: Duration = Duration::from_secs(60);
 
+/// The body a request sent, and what CreateRun answered.
+type Answer = (String, Result<Run, tonic::Status>);
+
 /// 200 concurrent admissions on new threads: 60 keys sent three times each (one of the three with a
 /// different body), 20 without a key. They land in shared batches; each gets its own answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,7 +39,7 @@ async fn batched_admissions_keep_each_request_s_own_outcome() -> anyhow::Result<
                 (key, body, runs.create_run(authed(request, ALICE)).await.map(|r| r.into_inner().run.unwrap_or_default()))
             }));
         }
-        let mut by_key: HashMap<String, Vec<(String, Result<Run, tonic::Status>)>> = HashMap::new();
+        let mut by_key: HashMap<String, Vec<Answer>> = HashMap::new();
         let mut free = 0;
         for task in tasks {
             let (key, body, result) = task.await?;
