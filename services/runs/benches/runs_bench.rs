@@ -58,6 +58,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use antler_agent::{Agent, AgentContext, AgentFactory, RunSpec};
+use antler_agent::{Outcome, Outputs};
 use antler_kit::cli::ServiceContext;
 use antler_kit::{Authenticator, Clients, ServiceSet};
 use antler_proto::common::{ContentPart, Message, Role, TextPart, content_part};
@@ -66,8 +68,6 @@ use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::{
     CancelRunRequest, CreateRunRequest, CustomEvent, GetRunRequest, JoinRunRequest, Run, RunError, RunEvent, RunStatus, StreamRunRequest,
 };
-use antler_runs::agent::{Agent, AgentContext, AgentFactory, RunSpec};
-use antler_runs::lifecycle::finalize::{Outcome, Outputs};
 use anyhow::{Context, Result, anyhow, bail};
 use futures::future::BoxFuture;
 use prost::Message as _;

@@ -67,7 +67,7 @@ pub struct RunsConfig {
     /// runs service's own tests and benchmarks drive the lifecycle with it.
     pub agent: AgentKind,
     /// Settings of the lead agent (used with `agent: lead`).
-    pub lead: crate::agent::lead::config::LeadConfig,
+    pub lead: antler_agent::lead::config::LeadConfig,
 }
 
 impl Default for RunsConfig {

@@ -8,10 +8,10 @@ use antler_kit::Clients;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::AgentFactory;
 use crate::config::RunsConfig;
 use crate::store::Store;
 use crate::stream::EventHub;
+use antler_agent::AgentFactory;
 
 /// Why a local run's agent is being stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

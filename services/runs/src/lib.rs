@@ -4,16 +4,16 @@
 //! Where things happen, by file: admission (`lifecycle/admission.rs`), PENDING → RUNNING
 //! (`lifecycle/start.rs`), leases and takeover (`lifecycle/lease.rs`), the terminal transition
 //! (`lifecycle/finalize.rs`), cancellation (`lifecycle/cancel.rs`), the event log (`stream.rs`),
-//! executing runs (`worker.rs`), the agent interface (`agent/`).
+//! executing runs (`worker.rs`), the agents' writes (`host/`, the runs side of `antler_agent::Host`).
 
-pub mod agent;
 pub mod api;
 pub mod config;
 pub mod engine;
 pub mod error;
-pub mod json;
+pub mod host;
 pub mod lifecycle;
 pub mod paging;
+pub mod script;
 pub mod secrets;
 pub mod store;
 pub mod stream;
@@ -44,15 +44,15 @@ fn register<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFut
 pub async fn mount(
     set: &mut ServiceSet,
     ctx: &ServiceContext,
-    agents: Option<Arc<dyn agent::AgentFactory>>,
+    agents: Option<Arc<dyn antler_agent::AgentFactory>>,
 ) -> Result<Arc<engine::Engine>, BoxError> {
     let config = config::load(&ctx.config)?;
     let store = store::Store::open(&config.database, &ctx.config.server.data_dir).await?;
     let worker_id = format!("{}-{}", hostname(), uuid::Uuid::new_v4().simple());
     tracing::info!(worker_id, max_concurrent_runs = config.max_concurrent_runs, "runs worker starting");
     let agents = agents.unwrap_or_else(|| match config.agent {
-        config::AgentKind::Script => Arc::new(agent::script::ScriptFactory),
-        config::AgentKind::Lead => Arc::new(agent::lead::LeadFactory { config: config.lead.clone(), custom: Vec::new() }),
+        config::AgentKind::Script => Arc::new(script::ScriptFactory),
+        config::AgentKind::Lead => Arc::new(antler_agent::lead::LeadFactory { config: config.lead.clone(), custom: Vec::new() }),
     });
     let (admitter, admissions) = lifecycle::admitter::Admitter::channel();
     let engine = Arc::new(engine::Engine {

@@ -1,63 +1,12 @@
-//! A run's request-scoped `secrets`: never stored, kept in the memory of the replica that admitted
-//! the run until the run ends, given to its tools (as environment variables of sandbox commands), and
-//! registered with the process's redactor meanwhile, so no event, stored field, status or log line
-//! can carry one out (see `antler_kit::redact`).
-//!
-//! The price of never storing them: a run that another replica (or this one after a restart) takes
-//! over runs without them. The stored request keeps the secrets' names with empty values, so the
-//! new attempt knows what is missing and says so (`RunSecrets::lost`).
+//! The request-scoped `secrets` of the runs this replica admitted: never stored, kept in memory until
+//! the run ends and handed to its attempt here (see `antler_agent::RunSecrets`). An attempt that
+//! another replica (or this one after a restart) takes over runs without them; the stored request
+//! keeps their names, so it knows what it lacks.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use antler_kit::redact;
-
-/// The secrets of one run.
-pub struct RunSecrets {
-    values: BTreeMap<String, String>,
-    /// Names the run was admitted with whose values this replica does not have.
-    lost: Vec<String>,
-    _registered: Vec<redact::Secret>,
-}
-
-impl std::fmt::Debug for RunSecrets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunSecrets").field("names", &self.values.keys().collect::<Vec<_>>()).field("lost", &self.lost).finish()
-    }
-}
-
-impl RunSecrets {
-    /// Registers `values` with the redactor for as long as this lives.
-    pub fn new(values: BTreeMap<String, String>) -> Self {
-        let registered = values.values().map(|v| redact::register(v)).collect();
-        Self { values, lost: Vec::new(), _registered: registered }
-    }
-
-    /// A run admitted with secrets `names` that this replica never saw (taken over after a crash).
-    pub fn lost(names: Vec<String>) -> Self {
-        Self { values: BTreeMap::new(), lost: names, _registered: Vec::new() }
-    }
-
-    /// No secrets at all.
-    pub fn none() -> Self {
-        Self::new(BTreeMap::new())
-    }
-
-    /// The environment a sandbox command gets: each secret under its name in upper case
-    /// (`github_token` → `GITHUB_TOKEN`).
-    pub fn env(&self) -> HashMap<String, String> {
-        self.values.iter().map(|(k, v)| (k.to_ascii_uppercase(), v.clone())).collect()
-    }
-
-    /// Names whose values are not available on this attempt.
-    pub fn missing(&self) -> &[String] {
-        &self.lost
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty() && self.lost.is_empty()
-    }
-}
+use antler_agent::RunSecrets;
 
 /// The secrets of the runs this replica admitted and that have not ended yet.
 #[derive(Debug, Default)]
@@ -104,11 +53,10 @@ mod tests {
         vault.keep("r1", [("github_token".to_owned(), "ghp_vault_test_value_123".to_owned())].into());
         let attempt = vault.for_attempt("r1", vec!["github_token".to_owned()]);
         assert_eq!(attempt.env().get("GITHUB_TOKEN").map(String::as_str), Some("ghp_vault_test_value_123"));
-        assert_eq!(redact::redact("token ghp_vault_test_value_123"), "token [redacted]");
-        assert!(!format!("{attempt:?}").contains("ghp_vault"), "Debug never shows a value");
+        assert_eq!(antler_kit::redact::redact("token ghp_vault_test_value_123"), "token [redacted]");
         vault.forget("r1");
         drop(attempt);
-        assert_eq!(redact::redact("token ghp_vault_test_value_123"), "token ghp_vault_test_value_123");
+        assert_eq!(antler_kit::redact::redact("token ghp_vault_test_value_123"), "token ghp_vault_test_value_123");
     }
 
     #[test]

@@ -8,12 +8,12 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
 use crate::engine::Engine;
 use crate::error::RunsError;
-use crate::json::{json_text_to_struct, struct_to_json};
 use crate::lifecycle::{ACTIVE, ERROR, INTERRUPTED, TIMEOUT};
 use crate::paging;
 use crate::store::entity::{checkpoints, feedback, run_events, run_inputs, runs, threads, tool_effects};
 use crate::store::now_ms;
 use crate::time::to_timestamp;
+use antler_kit::json::{json_text_to_struct, struct_to_json};
 
 pub fn valid_thread_id(id: &str) -> bool {
     (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')

@@ -12,12 +12,13 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
-use crate::agent::{AgentContext, RunSpec};
 use crate::engine::{Engine, LocalRun, StopCause};
+use crate::host::{RunHost, RunIds};
 use crate::lifecycle::finalize::{self, Outcome, Outputs};
 use crate::lifecycle::{lease, start};
 use crate::store::entity::{checkpoints, run_inputs, runs};
 use crate::store::now_ms;
+use antler_agent::{AgentContext, RunSpec};
 
 /// Starts the dispatcher and the sweeper; both stop at shutdown. The first sweep runs before this
 /// returns, so runs orphaned by a crash are claimed at start-up.
@@ -207,7 +208,14 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
                     Ok(agent) => {
                         let n = engine.constructed.fetch_add(1, Ordering::SeqCst) + 1;
                         tracing::info!(run_id = %run.run_id, constructed_total = n, "agent constructed");
-                        let ctx = AgentContext { engine: engine.clone(), spec, local: local.clone(), staged: Default::default() };
+                        let ids = RunIds {
+                            run_id: spec.run_id.clone(),
+                            thread_id: spec.thread_id.clone(),
+                            user_id: spec.user_id.clone(),
+                            attempt: spec.attempt,
+                        };
+                        let host = std::sync::Arc::new(RunHost::new(engine.clone(), ids, local.clone()));
+                        let ctx = AgentContext::new(spec, host, local.token.clone(), engine.clients.clone());
                         // A panicking agent must not take the worker down with it.
                         match tokio::spawn(agent.run(ctx)).await {
                             Ok(outcome) => outcome,

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod input_keys;
+pub mod json;
 pub mod limit;
 pub mod message_size;
 pub mod redact;

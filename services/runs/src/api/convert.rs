@@ -3,10 +3,10 @@
 use antler_proto::runs::{CancelAction, CreateRunRequest, DeliveryReceipt, MultitaskStrategy, OnDisconnect, Run, RunUsage};
 use prost::Message;
 
-use crate::json::json_text_to_struct;
 use crate::lifecycle::{cancel::action_from_str, lease::stored_error, status_from_str};
 use crate::store::entity::runs;
 use crate::time::{opt_timestamp, to_timestamp};
+use antler_kit::json::json_text_to_struct;
 
 pub fn run(model: &runs::Model, reused: bool) -> Run {
     let request = CreateRunRequest::decode(model.request.as_slice()).unwrap_or_default();

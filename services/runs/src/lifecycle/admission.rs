@@ -538,5 +538,5 @@ pub fn apply(engine: &Engine, effects: Effects) {
 
 /// A Struct as a JSON object string (for storage).
 pub fn struct_to_json(value: &prost_types::Struct) -> String {
-    serde_json::to_string(&crate::json::struct_to_json(value)).unwrap_or_else(|_| "{}".to_owned())
+    serde_json::to_string(&antler_kit::json::struct_to_json(value)).unwrap_or_else(|_| "{}".to_owned())
 }

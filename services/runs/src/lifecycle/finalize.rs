@@ -6,7 +6,7 @@
 //! sweeper only adds the closing (see `lease::sweep`) and never re-runs anything.
 
 use antler_proto::runs::run_event::Kind;
-use antler_proto::runs::{DeliveryReceipt, EndEvent, OutputFile, RunError, RunEvent, RunUsage};
+use antler_proto::runs::{DeliveryReceipt, EndEvent, RunError, RunEvent, RunUsage};
 use prost::Message;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
@@ -18,48 +18,7 @@ use crate::store::entity::runs;
 use crate::store::now_ms;
 use crate::stream::{Writer, append};
 
-/// What the agent reported about files it made, completed by the worker from the sandbox's listing.
-#[derive(Debug, Clone, Default)]
-pub struct Outputs {
-    /// Files created or changed in the outputs directory during the run.
-    pub produced: Vec<OutputFile>,
-    /// Paths passed to `present_files` (a directory covers every file under it).
-    pub presented: Vec<String>,
-    /// Every file in the outputs directory at the end of the run; declared outputs must be among them.
-    pub existing: Vec<String>,
-    /// The outputs directory when the run started (path → SHA-256), when the agent took that snapshot:
-    /// a file still unchanged at the end was not produced by this run. Without it every file counts.
-    pub baseline: Option<std::collections::BTreeMap<String, String>>,
-}
-
-impl Outputs {
-    /// Whether `path` was presented, itself or through a presented directory.
-    fn presents(&self, path: &str) -> bool {
-        self.presented.iter().any(|p| {
-            let dir = p.trim_end_matches('/');
-            path == p || path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
-        })
-    }
-}
-
-/// How the agent's work ended, from the worker's point of view.
-#[derive(Debug, Clone)]
-pub enum Outcome {
-    Completed {
-        stop_reason: String,
-        outputs: Outputs,
-    },
-    Failed(RunError),
-    /// Stopped by a cancel request (the durable `cancel_action` says which).
-    Cancelled {
-        outputs: Outputs,
-    },
-    /// Stopped because `config.max_duration` passed.
-    TimedOut {
-        limit: std::time::Duration,
-        outputs: Outputs,
-    },
-}
+pub use antler_agent::{Outcome, Outputs};
 
 /// The receipt: every declared output must exist and every produced output must have been presented.
 pub fn receipt(declared: &[String], outputs: &Outputs) -> DeliveryReceipt {
@@ -203,6 +162,7 @@ pub async fn finalize(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use antler_proto::runs::OutputFile;
 
     fn file(path: &str) -> OutputFile {
         OutputFile { path: path.to_owned(), size: 1, sha256: String::new(), mime_type: String::new() }

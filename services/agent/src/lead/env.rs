@@ -1,0 +1,154 @@
+//! What one run of the lead agent shares between its loop, middlewares and tools: the run's
+//! context, the lazily acquired sandbox, presented files and the stop reason.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use antler_kit::client::ServiceClient;
+use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
+use antler_proto::sandbox::{AcquireSandboxRequest, ReleaseSandboxRequest, SnapshotOutputsRequest};
+use tokio::sync::OnceCell;
+use tonic::transport::Channel;
+
+use super::state::Todo;
+use super::tools::ToolError;
+use crate::AgentContext;
+
+/// Shared by everything inside one run attempt.
+#[derive(Debug)]
+pub struct RunEnv {
+    pub ctx: AgentContext,
+    /// The sandbox id, once acquired (lazily: a run that never touches a file never acquires one).
+    sandbox: OnceCell<String>,
+    /// Paths passed to `present_files`, in order, without duplicates.
+    presented: Mutex<Vec<String>>,
+    /// Set by a middleware that ends the run early (`loop_capped`, `clarification`, …).
+    stop_reason: Mutex<Option<String>>,
+    /// A plan written by `write_todos` and not yet moved into the state.
+    todos: Mutex<Option<Vec<Todo>>>,
+    /// Set by an after_model hook that wants another model turn although the last one had no tool
+    /// calls (the Todo layer's completion reminder).
+    jump_to_model: AtomicBool,
+    /// The outputs directory when the run started (path → SHA-256); see `ThreadState::outputs_before`.
+    outputs_before: Mutex<Option<BTreeMap<String, String>>>,
+}
+
+impl RunEnv {
+    pub fn new(ctx: AgentContext) -> Self {
+        Self {
+            ctx,
+            sandbox: OnceCell::new(),
+            presented: Mutex::new(Vec::new()),
+            stop_reason: Mutex::new(None),
+            todos: Mutex::new(None),
+            jump_to_model: AtomicBool::new(false),
+            outputs_before: Mutex::new(None),
+        }
+    }
+
+    pub fn thread_id(&self) -> &str {
+        &self.ctx.spec.thread_id
+    }
+
+    /// The sandbox service client, acquiring the thread's sandbox on first use.
+    pub async fn sandbox(&self) -> Result<(SandboxServiceClient<Channel>, &ServiceClient), ToolError> {
+        let client = self.ctx.clients().get("sandbox").ok_or(ToolError::NoSandboxClient)?;
+        let mut grpc = SandboxServiceClient::new(client.channel());
+        self.sandbox
+            .get_or_try_init(|| async {
+                let request = client.request(&self.ctx.call_context(), AcquireSandboxRequest { thread_id: self.thread_id().to_owned() });
+                let response = grpc.acquire_sandbox(request).await.map_err(ToolError::Sandbox)?.into_inner();
+                let id = response.sandbox.map(|s| s.sandbox_id).unwrap_or_default();
+                tracing::debug!(run_id = %self.ctx.spec.run_id, sandbox_id = %id, "sandbox acquired");
+                Ok::<_, ToolError>(id)
+            })
+            .await?;
+        Ok((grpc, client))
+    }
+
+    /// The sandbox id if one was acquired during this attempt.
+    pub fn sandbox_id(&self) -> Option<String> {
+        self.sandbox.get().cloned()
+    }
+
+    /// Releases the sandbox if this attempt acquired one, killing commands still running in it (a
+    /// tool call cut short by a cancel). Files stay; the next run on the thread reactivates it. Best
+    /// effort: the sandbox service also releases idle sandboxes itself.
+    pub async fn release_sandbox(&self) {
+        let (Some(_), Some(client)) = (self.sandbox.get(), self.ctx.clients().get("sandbox")) else { return };
+        let request = client.request(
+            &self.ctx.call_context(),
+            ReleaseSandboxRequest { thread_id: self.thread_id().to_owned(), terminate_processes: true, ..Default::default() },
+        );
+        match SandboxServiceClient::new(client.channel()).release_sandbox(request).await {
+            Ok(_) => tracing::debug!(run_id = %self.ctx.spec.run_id, "sandbox released"),
+            Err(status) => {
+                tracing::warn!(run_id = %self.ctx.spec.run_id, code = ?status.code(), "could not release the sandbox: {}", status.message())
+            }
+        }
+    }
+
+    /// Lists the thread's outputs directory (path → SHA-256) without acquiring the sandbox: a thread
+    /// that never had one has no outputs.
+    pub async fn snapshot_outputs(&self) -> Result<BTreeMap<String, String>, ToolError> {
+        let client = self.ctx.clients().get("sandbox").ok_or(ToolError::NoSandboxClient)?;
+        let request = client.request(&self.ctx.call_context(), SnapshotOutputsRequest { thread_id: self.thread_id().to_owned() });
+        match SandboxServiceClient::new(client.channel()).snapshot_outputs(request).await {
+            Ok(response) => Ok(response.into_inner().files.into_iter().map(|f| (f.path, f.sha256)).collect()),
+            Err(status) if status.code() == tonic::Code::NotFound => Ok(BTreeMap::new()),
+            Err(status) => Err(ToolError::Sandbox(status)),
+        }
+    }
+
+    pub fn set_outputs_before(&self, files: Option<BTreeMap<String, String>>) {
+        *self.outputs_before.lock().unwrap_or_else(|p| p.into_inner()) = files;
+    }
+
+    pub fn outputs_before(&self) -> Option<BTreeMap<String, String>> {
+        self.outputs_before.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn present(&self, paths: &[String]) {
+        let mut presented = self.presented.lock().unwrap_or_else(|p| p.into_inner());
+        for path in paths {
+            if !presented.contains(path) {
+                presented.push(path.clone());
+            }
+        }
+    }
+
+    pub fn presented(&self) -> Vec<String> {
+        self.presented.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Sets the stop reason; the first one wins.
+    pub fn stop(&self, reason: &str) {
+        let mut current = self.stop_reason.lock().unwrap_or_else(|p| p.into_inner());
+        if current.is_none() {
+            *current = Some(reason.to_owned());
+        }
+    }
+
+    pub fn stop_reason(&self) -> Option<String> {
+        self.stop_reason.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records a new plan (moved into the state after the tool round).
+    pub fn set_todos(&self, todos: Vec<Todo>) {
+        *self.todos.lock().unwrap_or_else(|p| p.into_inner()) = Some(todos);
+    }
+
+    pub fn take_todos(&self) -> Option<Vec<Todo>> {
+        self.todos.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Asks the loop for one more model turn.
+    pub fn jump_to_model(&self) {
+        self.jump_to_model.store(true, Ordering::SeqCst);
+    }
+
+    pub fn take_jump(&self) -> bool {
+        self.jump_to_model.swap(false, Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,181 @@
+//! The lead agent (`runs.agent: lead`): a model ⇄ tools loop inside a run (DESIGN §5).
+//!
+//! By file: the loop (`runner.rs`), the streamed model call (`model.rs`), tool execution and the
+//! side-effect journal around it (`tool_exec.rs`), the middleware pipeline (`pipeline.rs`) and its
+//! layers (`middleware/`), the tools (`tools/`), the thread state and its checkpoint form
+//! (`state.rs`), what one run shares (`env.rs`), settings (`config.rs`).
+
+pub mod config;
+pub mod env;
+pub mod guardrail;
+pub mod middleware;
+pub mod model;
+pub mod pipeline;
+pub mod prompt;
+pub mod runner;
+pub mod state;
+pub mod tool_exec;
+pub mod tools;
+
+use std::sync::Arc;
+
+use antler_proto::runs::RunError;
+use futures::future::BoxFuture;
+
+use self::config::LeadConfig;
+use self::pipeline::Pipeline;
+use self::tool_exec::ExecuteTool;
+use self::tools::ToolSet;
+use super::{Agent, AgentContext, AgentFactory, RunSpec};
+use crate::outcome::Outcome;
+
+/// Builds a [`LeadAgent`] per run (middlewares keep per-run state).
+#[derive(Clone, Default)]
+pub struct LeadFactory {
+    pub config: LeadConfig,
+    /// Layers added by the embedding program, built fresh for every run.
+    pub custom: Vec<CustomLayer>,
+}
+
+impl std::fmt::Debug for LeadFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeadFactory").field("config", &self.config).field("custom", &self.custom.len()).finish()
+    }
+}
+
+/// Builds one run's instance of a custom layer.
+pub type BuildLayer = Arc<dyn Fn(&RunSpec) -> Arc<dyn pipeline::Middleware> + Send + Sync>;
+
+/// A custom middleware and where it goes: replacing a built-in layer, or inserted after / before an
+/// anchor (a layer name), or with neither just before Clarification.
+#[derive(Clone)]
+pub struct CustomLayer {
+    pub build: BuildLayer,
+    pub replaces: Option<&'static str>,
+    pub after: Option<&'static str>,
+    pub before: Option<&'static str>,
+}
+
+impl LeadFactory {
+    /// The pipeline of one run: the built-in layers under the configuration, then the custom ones.
+    pub fn pipeline(&self, spec: &RunSpec) -> Result<Pipeline, pipeline::PipelineError> {
+        let clarification_disabled = spec.request.config.as_ref().is_some_and(|c| c.clarification_disabled);
+        let plan_mode = spec.request.config.as_ref().is_some_and(|c| c.plan_mode);
+        let mut base = middleware::defaults(&self.config, plan_mode, clarification_disabled);
+        let mut extras = Vec::new();
+        for custom in &self.custom {
+            let layer = (custom.build)(spec);
+            match custom.replaces.and_then(|name| base.iter().position(|l| l.name() == name)) {
+                Some(at) => base[at] = layer,
+                None => extras.push(pipeline::Extra { layer, after: custom.after, before: custom.before }),
+            }
+        }
+        Pipeline::build(base, extras)
+    }
+}
+
+impl AgentFactory for LeadFactory {
+    fn build(&self, spec: &RunSpec) -> Result<Box<dyn Agent>, RunError> {
+        let plan_mode = spec.request.config.as_ref().is_some_and(|c| c.plan_mode);
+        let pipeline = self.pipeline(spec).map_err(|e| RunError {
+            code: "start_failed".to_owned(),
+            message: format!("the lead agent's middleware pipeline is invalid: {e}"),
+            retryable: false,
+            details: None,
+        })?;
+        let tools = ToolSet::builtin(plan_mode);
+        let base = if self.config.system_prompt.is_empty() { prompt::SYSTEM_PROMPT.to_owned() } else { self.config.system_prompt.clone() };
+        let system_prompt = prompt::with_context(base, spec.request.config.as_ref().and_then(|c| c.context.as_ref()));
+        Ok(Box::new(LeadAgent { pipeline, executor: ExecuteTool { tools: tools.clone() }, tools, system_prompt }))
+    }
+}
+
+/// See the module documentation.
+pub struct LeadAgent {
+    pub pipeline: Pipeline,
+    pub tools: ToolSet,
+    pub executor: ExecuteTool,
+    pub system_prompt: String,
+}
+
+impl Agent for LeadAgent {
+    fn run(self: Box<Self>, ctx: AgentContext) -> BoxFuture<'static, Outcome> {
+        Box::pin(async move { runner::run(&self, ctx).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lead::pipeline::Middleware;
+
+    struct Named(&'static str);
+    impl Middleware for Named {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+    }
+
+    fn spec() -> RunSpec {
+        RunSpec {
+            run_id: "r".to_owned(),
+            thread_id: "t".to_owned(),
+            user_id: "u".to_owned(),
+            attempt: 1,
+            request: Default::default(),
+            secrets: Arc::new(crate::RunSecrets::none()),
+            resume_from: None,
+            resumed: false,
+        }
+    }
+
+    fn custom(name: &'static str, replaces: Option<&'static str>, after: Option<&'static str>) -> CustomLayer {
+        CustomLayer { build: Arc::new(move |_| Arc::new(Named(name)) as Arc<dyn Middleware>), replaces, after, before: None }
+    }
+
+    #[test]
+    fn the_default_order_follows_deerflow() {
+        let names = LeadFactory::default().pipeline(&spec()).map(|p| p.names()).unwrap_or_default();
+        assert_eq!(
+            names,
+            vec!["ThreadData", "Uploads", "Sandbox", "DanglingToolCall", "ToolErrorHandling", "Title", "LoopDetection", "Clarification"]
+        );
+    }
+
+    #[test]
+    fn layers_can_be_switched_off_replaced_and_added_by_anchor() {
+        let mut config = LeadConfig::default();
+        config.middlewares.disabled = vec!["Uploads".to_owned(), "LoopDetection".to_owned()];
+        config.guardrails.enabled = true;
+        let factory = LeadFactory {
+            config,
+            custom: vec![custom("MyTitle", Some("Title"), None), custom("Audit", None, Some("Guardrail")), custom("Tail", None, None)],
+        };
+        let names = factory.pipeline(&spec()).map(|p| p.names()).unwrap_or_default();
+        assert_eq!(
+            names,
+            vec![
+                "ThreadData",
+                "Sandbox",
+                "DanglingToolCall",
+                "Guardrail",
+                "Audit",
+                "ToolErrorHandling",
+                "MyTitle",
+                "Tail",
+                "Clarification"
+            ]
+        );
+    }
+
+    #[test]
+    fn clarification_cannot_be_switched_off_and_unknown_names_are_refused() {
+        let mut config = LeadConfig::default();
+        config.middlewares.disabled = vec!["Clarification".to_owned()];
+        assert!(config.validate().is_err());
+        config.middlewares.disabled = vec!["Nope".to_owned()];
+        assert!(config.validate().is_err());
+        config.middlewares.disabled = vec!["Title".to_owned()];
+        assert!(config.validate().is_ok());
+    }
+}

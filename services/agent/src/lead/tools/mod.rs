@@ -1,0 +1,221 @@
+//! The built-in tools, one file each, behind [`Tool`]. Schemas are what the model sees; they follow
+//! DeerFlow's (a leading `description` argument, the same names and defaults) so prompts carry over.
+//!
+//! Expected failures (a missing file, a bad argument) are results starting with `Error:` that the
+//! model can read; a [`ToolError`] is an unexpected failure, turned into such a result by the
+//! ToolErrorHandling middleware. Neither fails the run.
+
+pub mod ask_clarification;
+pub mod bash;
+pub mod glob;
+pub mod grep;
+pub mod ls;
+pub mod present_files;
+pub mod read_file;
+pub mod str_replace;
+pub mod write_file;
+pub mod write_todos;
+
+use std::sync::Arc;
+
+use antler_proto::common::ToolSpec;
+use futures::future::BoxFuture;
+use serde_json::{Map, Value};
+
+use super::env::RunEnv;
+
+/// Where every file tool's paths live.
+pub const USER_DATA: &str = "/mnt/user-data";
+/// Deliverables: the only place `present_files` accepts.
+pub const OUTPUTS: &str = "/mnt/user-data/outputs";
+
+/// An unexpected tool failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    #[error("the sandbox service answered {:?}: {}", .0.code(), .0.message())]
+    Sandbox(tonic::Status),
+    #[error("no sandbox client is configured (clients.sandbox)")]
+    NoSandboxClient,
+    /// The run is stopping (cancel or lost ownership): not a tool failure, the loop ends.
+    #[error("the run is stopping")]
+    Stopping,
+}
+
+impl ToolError {
+    /// The exception-like kind name in the error text the model reads.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ToolError::InvalidArguments(_) => "InvalidArguments",
+            ToolError::Sandbox(_) => "SandboxError",
+            ToolError::NoSandboxClient => "ConfigurationError",
+            ToolError::Stopping => "Stopping",
+        }
+    }
+}
+
+/// A tool result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    pub text: String,
+    pub is_error: bool,
+    /// When the call's outcome is unknown (intent journalled by an attempt that died).
+    pub outcome_unknown: bool,
+}
+
+impl ToolOutput {
+    pub fn ok(text: impl Into<String>) -> Self {
+        Self { text: text.into(), is_error: false, outcome_unknown: false }
+    }
+
+    /// An `Error: …` result.
+    pub fn error(text: impl Into<String>) -> Self {
+        let text = text.into();
+        let text = if text.starts_with("Error:") { text } else { format!("Error: {text}") };
+        Self { text, is_error: true, outcome_unknown: false }
+    }
+}
+
+/// One tool the model can call.
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    /// JSON schema of the arguments.
+    fn parameters(&self) -> Value;
+    /// True when a call changes the world (journalled: never blindly re-run after a crash).
+    fn side_effect(&self) -> bool {
+        false
+    }
+    fn call<'a>(&'a self, env: &'a RunEnv, args: &'a Args) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+}
+
+/// The tools of one agent, in the order the model sees them.
+#[derive(Clone, Default)]
+pub struct ToolSet {
+    tools: Vec<Arc<dyn Tool>>,
+    /// `specs()`, built on first use: the same schemas go out with every model call of the run.
+    specs: std::sync::OnceLock<Vec<ToolSpec>>,
+}
+
+impl std::fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.tools.iter().map(|t| t.name())).finish()
+    }
+}
+
+impl ToolSet {
+    /// Every built-in tool (`write_todos` only in plan mode).
+    pub fn builtin(plan_mode: bool) -> Self {
+        let mut set = Self {
+            tools: vec![
+                Arc::new(bash::Bash),
+                Arc::new(ls::Ls),
+                Arc::new(read_file::ReadFile),
+                Arc::new(write_file::WriteFile),
+                Arc::new(str_replace::StrReplace),
+                Arc::new(glob::Glob),
+                Arc::new(grep::Grep),
+                Arc::new(present_files::PresentFiles),
+                Arc::new(ask_clarification::AskClarification),
+            ],
+            specs: std::sync::OnceLock::new(),
+        };
+        if plan_mode {
+            set.tools.push(Arc::new(write_todos::WriteTodos));
+        }
+        set
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.iter().find(|t| t.name() == name)
+    }
+
+    /// The schemas the model is given.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.specs
+            .get_or_init(|| {
+                self.tools
+                    .iter()
+                    .map(|t| ToolSpec {
+                        name: t.name().to_owned(),
+                        description: t.description().to_owned(),
+                        parameters: match antler_kit::json::json_to_value(&t.parameters()).kind {
+                            Some(prost_types::value::Kind::StructValue(s)) => Some(s),
+                            _ => None,
+                        },
+                    })
+                    .collect()
+            })
+            .clone()
+    }
+}
+
+/// A call's arguments, read leniently (models send numbers as strings and the like).
+#[derive(Debug, Clone, Default)]
+pub struct Args(pub Map<String, Value>);
+
+impl Args {
+    pub fn required(&self, key: &str) -> Result<String, ToolError> {
+        self.string(key).ok_or_else(|| ToolError::InvalidArguments(format!("missing required argument `{key}` (a string)")))
+    }
+
+    pub fn string(&self, key: &str) -> Option<String> {
+        match self.0.get(key)? {
+            Value::String(s) => Some(s.clone()),
+            Value::Null => None,
+            other => Some(other.to_string()),
+        }
+    }
+
+    pub fn boolean(&self, key: &str) -> bool {
+        match self.0.get(key) {
+            Some(Value::Bool(b)) => *b,
+            Some(Value::String(s)) => s.eq_ignore_ascii_case("true"),
+            _ => false,
+        }
+    }
+
+    pub fn number(&self, key: &str) -> Option<u64> {
+        match self.0.get(key)? {
+            Value::Number(n) => n.as_u64().or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64)),
+            Value::String(s) => s.trim().parse().ok(),
+            _ => None,
+        }
+    }
+
+    pub fn strings(&self, key: &str) -> Vec<String> {
+        match self.0.get(key) {
+            Some(Value::Array(items)) => items.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
+            // Some models send a list as its JSON text, or a single path.
+            Some(Value::String(s)) => match serde_json::from_str::<Vec<String>>(s) {
+                Ok(list) => list,
+                Err(_) => vec![s.clone()],
+            },
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The leading `description` parameter every sandbox tool has.
+pub fn description_param() -> Value {
+    serde_json::json!({
+        "type": "string",
+        "description": "Explain why you are calling this tool in short words. ALWAYS PROVIDE THIS PARAMETER FIRST."
+    })
+}
+
+/// Expected sandbox failures become `Error:` results the model can act on; the rest are tool errors.
+pub fn sandbox_failure(status: tonic::Status) -> Result<ToolOutput, ToolError> {
+    use tonic::Code;
+    match status.code() {
+        Code::NotFound
+        | Code::InvalidArgument
+        | Code::FailedPrecondition
+        | Code::PermissionDenied
+        | Code::OutOfRange
+        | Code::ResourceExhausted
+        | Code::AlreadyExists => Ok(ToolOutput::error(status.message().to_owned())),
+        _ => Err(ToolError::Sandbox(status)),
+    }
+}

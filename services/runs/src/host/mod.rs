@@ -1,0 +1,272 @@
+//! The runs service's side of [`antler_agent::Host`]: how an agent's writes reach the store. Every
+//! write is one transaction (on PostgreSQL a lone event is one statement) that first checks, in the
+//! same statement that allocates the events' seqs, that this worker still owns the run; a write that
+//! finds otherwise fences the agent, so nothing is written after a lost lease.
+
+pub mod journal;
+
+use std::sync::{Arc, Mutex};
+
+use antler_agent::{Batch, Effect, Fenced, Host};
+use antler_proto::common::Usage;
+use antler_proto::runs::{Checkpoint, RunEvent, RunUsage};
+use futures::future::BoxFuture;
+use prost::Message as _;
+use sea_orm::sea_query::Expr;
+use sea_orm::{ColumnTrait, DbBackend, EntityTrait, QueryFilter};
+
+use crate::engine::{Engine, LocalRun, StopCause};
+use crate::error::RunsError;
+use crate::store::entity::{checkpoints, runs, threads};
+use crate::store::now_ms;
+use crate::stream::{Writer, append_one_postgres, append_setting};
+
+/// Which run a host writes for.
+#[derive(Debug, Clone)]
+pub struct RunIds {
+    pub run_id: String,
+    pub thread_id: String,
+    pub user_id: String,
+    pub attempt: u32,
+}
+
+/// See the module documentation. One per attempt.
+pub struct RunHost {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) spec: RunIds,
+    pub(crate) local: LocalRun,
+    known: Mutex<Known>,
+}
+
+/// What this attempt wrote last, so the next write needs no lookup.
+#[derive(Debug, Default)]
+struct Known {
+    /// The checkpoint this attempt wrote last: the thread's head while the run is active (nothing
+    /// else moves the head of a thread with an active run).
+    head: Option<String>,
+    /// The run's usage totals as last written by this attempt (only the owner writes them while the
+    /// run is RUNNING), so adding a call's usage needs no read.
+    usage_total: Option<RunUsage>,
+}
+
+impl std::fmt::Debug for RunHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHost").field("run_id", &self.spec.run_id).finish_non_exhaustive()
+    }
+}
+
+impl Host for RunHost {
+    fn write(&self, batch: Batch) -> BoxFuture<'_, Result<(), Fenced>> {
+        Box::pin(self.write_batch(batch))
+    }
+
+    fn fenced(&self) -> bool {
+        self.check().is_err()
+    }
+
+    fn effect<'a>(&'a self, tool_call_id: &'a str) -> BoxFuture<'a, Result<Effect, Fenced>> {
+        Box::pin(self.journal_effect(tool_call_id))
+    }
+
+    fn record_intent<'a>(&'a self, tool_call_id: &'a str, tool_name: &'a str, arguments: &'a str) -> BoxFuture<'a, Result<(), Fenced>> {
+        Box::pin(self.journal_intent(tool_call_id, tool_name, arguments))
+    }
+
+    fn record_result<'a>(&'a self, tool_call_id: &'a str, result: &'a str, is_error: bool) -> BoxFuture<'a, Result<(), Fenced>> {
+        Box::pin(self.journal_result(tool_call_id, result, is_error))
+    }
+}
+
+impl RunHost {
+    pub fn new(engine: Arc<Engine>, spec: RunIds, local: LocalRun) -> Self {
+        Self { engine, spec, local, known: Mutex::default() }
+    }
+
+    fn check(&self) -> Result<(), Fenced> {
+        match self.local.cause() {
+            Some(StopCause::Fenced | StopCause::Release) => Err(Fenced),
+            _ => Ok(()),
+        }
+    }
+
+    fn fence(&self) -> Fenced {
+        self.local.stop(StopCause::Fenced);
+        Fenced
+    }
+
+    /// Writes `batch`: a lone event on PostgreSQL in one statement, anything else in one
+    /// transaction. Fences on failure.
+    async fn write_batch(&self, batch: Batch) -> Result<(), Fenced> {
+        self.check()?;
+        let (known_head, known_usage) = {
+            let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            (known.head.clone(), known.usage_total.clone())
+        };
+        let engine = &self.engine;
+        let spec = &self.spec;
+        // The streaming hot path on PostgreSQL: one event, nothing else, one statement.
+        let lone_event = batch.events.len() == 1
+            && batch.checkpoint.is_none()
+            && batch.usage.is_empty()
+            && batch.title.is_none()
+            && engine.store.backend() == DbBackend::Postgres;
+        let result = match batch.events.first() {
+            Some(kind) if lone_event => {
+                append_one_postgres(engine.store.db(), &spec.run_id, &spec.thread_id, &engine.worker_id, kind.clone())
+                    .await
+                    .map(|written| written.map(|event| (vec![event], None)))
+            }
+            _ => self.transaction(&batch, known_head, known_usage).await,
+        };
+        match result {
+            Ok(Some((written, new_usage))) => {
+                {
+                    let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(c) = &batch.checkpoint {
+                        known.head = Some(c.checkpoint_id.clone());
+                    }
+                    if new_usage.is_some() {
+                        known.usage_total = new_usage;
+                    }
+                }
+                engine.hub.publish(&written);
+                for (caller, _, usage) in &batch.usage {
+                    metrics::counter!("antler_tokens_total", "caller" => caller_bucket(caller)).increment(usage.total_tokens);
+                }
+                Ok(())
+            }
+            Ok(None) => Err(self.fence()),
+            Err(error) => {
+                tracing::warn!(run_id = %spec.run_id, %error, "run state not written");
+                Err(self.fence())
+            }
+        }
+    }
+
+    /// The general write: one transaction with the ownership check and seq allocation (and usage),
+    /// the checkpoint, the thread's head and title, then the events. None when fenced.
+    async fn transaction(
+        &self,
+        batch: &Batch,
+        known_head: Option<String>,
+        known_usage: Option<RunUsage>,
+    ) -> Result<Option<(Vec<RunEvent>, Option<RunUsage>)>, RunsError> {
+        let engine = &self.engine;
+        let spec = &self.spec;
+        let Batch { events, usage, title, checkpoint } = batch;
+        engine
+            .store
+            .retry_busy(|| async {
+                let tx = engine.store.tx().await?;
+                let now = now_ms();
+                // Usage totals: known from this attempt's last write, read once otherwise.
+                let mut new_usage = None;
+                if !usage.is_empty() {
+                    let mut total = match &known_usage {
+                        Some(total) => total.clone(),
+                        None => {
+                            let run = runs::Entity::find_by_id(spec.run_id.clone()).one(&*tx).await?;
+                            run.map(|r| RunUsage::decode(r.usage.as_slice())).transpose()?.unwrap_or_default()
+                        }
+                    };
+                    for (caller, model, usage) in usage {
+                        add_usage(&mut total, caller, model, usage);
+                    }
+                    new_usage = Some(total);
+                }
+                let columns = new_usage.iter().map(|total| (runs::Column::Usage, sea_orm::Value::from(total.encode_to_vec()))).collect();
+                // One statement: still ours? (It also serialises with a concurrent takeover.) Seqs
+                // allocated, usage written.
+                let Some(written) =
+                    append_setting(&*tx, &spec.run_id, &spec.thread_id, Writer::Owner(&engine.worker_id), events.clone(), columns).await?
+                else {
+                    return Ok(None);
+                };
+                if let Some(c) = &checkpoint {
+                    let parent = match &known_head {
+                        Some(head) => Some(head.clone()),
+                        None => threads::Entity::find_by_id((spec.user_id.clone(), spec.thread_id.clone()))
+                            .one(&*tx)
+                            .await?
+                            .and_then(|t| t.head_checkpoint_id),
+                    };
+                    let mut state = Checkpoint {
+                        checkpoint_id: c.checkpoint_id.clone(),
+                        parent_checkpoint_id: parent.clone().unwrap_or_default(),
+                        step: c.step,
+                        values: Some(c.values.clone()),
+                        created_at: Some(crate::time::to_timestamp(now)),
+                        run_id: spec.run_id.clone(),
+                        messages: c.messages.clone(),
+                        source: "loop".to_owned(),
+                    };
+                    // The agent keeps its own copy; what is stored (and read back by clients) is redacted.
+                    antler_kit::redact::redact_message_in_place(&mut state);
+                    checkpoints::Entity::insert(checkpoints::ActiveModel::from(checkpoints::Model {
+                        checkpoint_id: c.checkpoint_id.clone(),
+                        user_id: spec.user_id.clone(),
+                        thread_id: spec.thread_id.clone(),
+                        parent_checkpoint_id: parent,
+                        run_id: Some(spec.run_id.clone()),
+                        step: c.step,
+                        state: state.encode_to_vec(),
+                        created_at: now,
+                    }))
+                    .exec_without_returning(&*tx)
+                    .await?;
+                }
+                // The thread's head and title: one statement.
+                if checkpoint.is_some() || title.is_some() {
+                    let mut update = threads::Entity::update_many().col_expr(threads::Column::UpdatedAt, Expr::value(now));
+                    if let Some(c) = &checkpoint {
+                        update = update.col_expr(threads::Column::HeadCheckpointId, Expr::value(c.checkpoint_id.as_str()));
+                    }
+                    if let Some(title) = title {
+                        update = update.col_expr(threads::Column::Title, Expr::value(title));
+                    }
+                    update
+                        .filter(threads::Column::UserId.eq(spec.user_id.as_str()))
+                        .filter(threads::Column::ThreadId.eq(spec.thread_id.as_str()))
+                        .exec(&*tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok::<_, RunsError>(Some((written, new_usage)))
+            })
+            .await
+    }
+}
+
+/// The bounded bucket of a caller tag.
+pub fn caller_bucket(caller: &str) -> &'static str {
+    if caller.starts_with("subagent") {
+        "subagent"
+    } else if caller.starts_with("middleware") {
+        "middleware"
+    } else {
+        "lead_agent"
+    }
+}
+
+/// Adds one call's usage to a run's totals.
+pub fn add_usage(total: &mut RunUsage, caller: &str, model: &str, usage: &Usage) {
+    total.input_tokens += usage.input_tokens;
+    total.output_tokens += usage.output_tokens;
+    total.total_tokens += usage.total_tokens;
+    total.cache_read_tokens += usage.cache_read_tokens;
+    total.reasoning_tokens += usage.reasoning_tokens;
+    total.llm_calls += 1;
+    match caller_bucket(caller) {
+        "subagent" => total.subagent_tokens += usage.total_tokens,
+        "middleware" => total.middleware_tokens += usage.total_tokens,
+        _ => total.lead_agent_tokens += usage.total_tokens,
+    }
+    let entry = total.by_model.entry(model.to_owned()).or_default();
+    let per = entry.usage.get_or_insert_with(Usage::default);
+    per.input_tokens += usage.input_tokens;
+    per.output_tokens += usage.output_tokens;
+    per.total_tokens += usage.total_tokens;
+    per.cache_read_tokens += usage.cache_read_tokens;
+    per.reasoning_tokens += usage.reasoning_tokens;
+    entry.llm_calls += 1;
+}
