@@ -79,8 +79,6 @@ pub struct Engine {
     pub constructed: AtomicU64,
     /// The request-scoped secrets of runs admitted here (never stored).
     pub secrets: crate::secrets::Vault,
-    /// Group commit of admissions on new threads.
-    pub admitter: crate::lifecycle::admitter::Admitter,
     /// The estimate of PENDING runs that `runs.max_pending_runs` is checked against.
     pub backlog: crate::lifecycle::backlog::Backlog,
 }

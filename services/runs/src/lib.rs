@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod paging;
 pub mod script;
 pub mod secrets;
+pub mod status;
 pub mod store;
 pub mod stream;
 pub mod threads;
@@ -67,7 +68,6 @@ pub async fn mount(
         shutdown: ctx.shutdown.child_token(),
         constructed: AtomicU64::new(0),
         secrets: Default::default(),
-        admitter,
         backlog: Default::default(),
         config,
     });
@@ -81,7 +81,7 @@ pub async fn mount(
     });
     set.describe(antler_proto::FILE_DESCRIPTOR_SET);
     antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(api::threads::ThreadApi { engine: engine.clone() }));
-    antler_kit::add_service!(set, run_service_server::RunServiceServer::new(api::runs::RunApi { engine: engine.clone() }));
+    antler_kit::add_service!(set, run_service_server::RunServiceServer::new(api::runs::RunApi { engine: engine.clone(), admitter }));
     Ok(engine)
 }
 

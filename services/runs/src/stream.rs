@@ -407,10 +407,10 @@ impl Cursor {
             .await
             .map_err(|e| Stop::Failed(crate::api::error::to_status(e.into())))?;
         let Some((status, last_seq)) = row else { return Ok(None) };
-        if crate::lifecycle::is_terminal(&status) && u64::try_from(last_seq).unwrap_or(0) <= self.last {
+        if crate::status::is_terminal(&status) && u64::try_from(last_seq).unwrap_or(0) <= self.last {
             return Ok(None);
         }
-        Ok(Some(crate::lifecycle::status_from_str(&status)))
+        Ok(Some(crate::status::status_from_str(&status)))
     }
 
     async fn heartbeat(

@@ -12,7 +12,7 @@ use tokio::sync::OnceCell;
 use tonic::transport::Channel;
 
 use super::state::Todo;
-use super::tools::ToolError;
+use super::tool_error::ToolError;
 use crate::AgentContext;
 
 /// Shared by everything inside one run attempt.

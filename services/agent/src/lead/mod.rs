@@ -14,6 +14,7 @@ pub mod pipeline;
 pub mod prompt;
 pub mod runner;
 pub mod state;
+pub mod tool_error;
 pub mod tool_exec;
 pub mod tools;
 

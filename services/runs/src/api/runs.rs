@@ -32,6 +32,8 @@ type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 #[derive(Debug, Clone)]
 pub struct RunApi {
     pub engine: Arc<Engine>,
+    /// Group commit of admissions (see `lifecycle::admitter`).
+    pub admitter: crate::lifecycle::admitter::Admitter,
 }
 
 impl RunApi {
@@ -40,7 +42,7 @@ impl RunApi {
         crate::lifecycle::resume::apply(&self.engine, &ctx.identity.user_id, &mut req).await?;
         let model = req.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
         admission::check_model(&self.engine, ctx, &model).await?;
-        let (admitted, effects) = admission::create_or_reject(&self.engine, &ctx.identity.user_id, &req).await?;
+        let (admitted, effects) = self.admitter.create_or_reject(&self.engine, &ctx.identity.user_id, &req).await?;
         admission::apply(&self.engine, effects);
         Ok((admitted.run, admitted.reused))
     }

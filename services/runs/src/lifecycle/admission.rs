@@ -214,17 +214,6 @@ pub struct Effects {
     pub superseded: Vec<String>,
 }
 
-/// `create_or_reject`: admits `req` (which must have passed [`sanitise`]) or refuses it, writing
-/// nothing. A run on a new thread goes with the next group commit (see `admitter`); any other in a
-/// transaction of its own.
-pub async fn create_or_reject(engine: &Engine, user_id: &str, req: &CreateRunRequest) -> Result<(Admitted, Effects), RunsError> {
-    let fp = fingerprint(req);
-    if super::admitter::Admitter::batchable(req) {
-        return engine.admitter.admit(user_id, req, fp).await;
-    }
-    create_or_reject_one(engine, user_id, req, &fp).await
-}
-
 /// One admission in one transaction (retried on a lost unique-index race as its strategy allows).
 pub(crate) async fn create_or_reject_one(
     engine: &Engine,

@@ -59,8 +59,19 @@ impl Admitter {
         req.thread_id.is_empty() && req.checkpoint_id.is_empty() && req.resume.is_none()
     }
 
+    /// `create_or_reject`: admits `req` (which must have passed `admission::sanitise`) or refuses it,
+    /// writing nothing. A run on a new thread goes with the next group commit; any other in a
+    /// transaction of its own.
+    pub async fn create_or_reject(&self, engine: &Engine, user_id: &str, req: &CreateRunRequest) -> Outcome {
+        let fp = admission::fingerprint(req);
+        if Self::batchable(req) {
+            return self.admit(user_id, req, fp).await;
+        }
+        admission::create_or_reject_one(engine, user_id, req, &fp).await
+    }
+
     /// Admits `req` with the next batch.
-    pub async fn admit(&self, user_id: &str, req: &CreateRunRequest, fingerprint: String) -> Outcome {
+    async fn admit(&self, user_id: &str, req: &CreateRunRequest, fingerprint: String) -> Outcome {
         let (reply, answer) = oneshot::channel();
         let job = Job { user_id: user_id.to_owned(), req: req.clone(), fingerprint, reply };
         if self.jobs.send(job).await.is_err() {

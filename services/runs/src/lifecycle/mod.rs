@@ -18,7 +18,7 @@ pub mod resume;
 pub mod start;
 
 use antler_proto::runs::run_event::Kind;
-use antler_proto::runs::{EndEvent, RunError, RunStatus, RunUsage};
+use antler_proto::runs::{EndEvent, RunError, RunUsage};
 use prost::Message;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
@@ -31,33 +31,7 @@ use crate::store::now_ms;
 use crate::stream::{Writer, append};
 use antler_proto::runs::RunEvent;
 
-pub const PENDING: &str = "pending";
-pub const RUNNING: &str = "running";
-pub const FINALIZING: &str = "finalizing";
-pub const SUCCESS: &str = "success";
-pub const ERROR: &str = "error";
-pub const INTERRUPTED: &str = "interrupted";
-pub const TIMEOUT: &str = "timeout";
-
-/// Statuses in which a run occupies its thread.
-pub const ACTIVE: [&str; 3] = [PENDING, RUNNING, FINALIZING];
-
-pub fn status_from_str(status: &str) -> RunStatus {
-    match status {
-        PENDING => RunStatus::Pending,
-        RUNNING => RunStatus::Running,
-        FINALIZING => RunStatus::Finalizing,
-        SUCCESS => RunStatus::Success,
-        ERROR => RunStatus::Error,
-        INTERRUPTED => RunStatus::Interrupted,
-        TIMEOUT => RunStatus::Timeout,
-        _ => RunStatus::Unspecified,
-    }
-}
-
-pub fn is_terminal(status: &str) -> bool {
-    matches!(status, SUCCESS | ERROR | INTERRUPTED | TIMEOUT)
-}
+pub use crate::status::{ACTIVE, ERROR, FINALIZING, INTERRUPTED, PENDING, RUNNING, SUCCESS, TIMEOUT, is_terminal, status_from_str};
 
 /// How the service ends a run it does not execute (cancel before start, supersession, takeover of a
 /// dead worker's run, too many attempts).

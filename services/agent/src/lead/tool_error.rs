@@ -1,0 +1,27 @@
+//! What an unexpected tool failure is (expected ones are `Error: …` results the model reads).
+
+/// An unexpected tool failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    #[error("the sandbox service answered {:?}: {}", .0.code(), .0.message())]
+    Sandbox(tonic::Status),
+    #[error("no sandbox client is configured (clients.sandbox)")]
+    NoSandboxClient,
+    /// The run is stopping (cancel or lost ownership): not a tool failure, the loop ends.
+    #[error("the run is stopping")]
+    Stopping,
+}
+
+impl ToolError {
+    /// The exception-like kind name in the error text the model reads.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ToolError::InvalidArguments(_) => "InvalidArguments",
+            ToolError::Sandbox(_) => "SandboxError",
+            ToolError::NoSandboxClient => "ConfigurationError",
+            ToolError::Stopping => "Stopping",
+        }
+    }
+}
