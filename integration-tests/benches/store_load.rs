@@ -6,7 +6,8 @@
 //! (the binaries come from `target/release`, or `ANTLER_BIN_DIR`). PostgreSQL as for the tests.
 //! `STORE_BENCH_ONLY=admission,completion,wal,cancel` picks phases; `STORE_BENCH_PG=0` skips
 //! PostgreSQL; `STORE_BENCH_SECS` (5) is each admission window; `STORE_BENCH_WAL_RUNS` (20000) and
-//! `STORE_BENCH_HELD_RUNS` (1000) size the WAL and cancel phases.
+//! `STORE_BENCH_HELD_RUNS` (1000) size the WAL and cancel phases; `STORE_BENCH_HOLD_SECS` keeps the held
+//! runs that long before cancelling them (to inspect the server).
 //!
 //! Phases:
 //! - **admission**: CreateRun on a new thread each, c = 1 / 16 / 64 (over 4 HTTP/2 connections), with
@@ -344,6 +345,12 @@ async fn cancel_phase(held: usize) -> Result<Vec<String>> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss1 = rss_kib(server.pid());
     let per_run = (rss1.saturating_sub(rss0)) as f64 / held as f64;
+    // Time to look inside the server while the runs are held (a heap profiler's snapshot, say).
+    let hold = env_or("STORE_BENCH_HOLD_SECS", 0u64);
+    if hold > 0 {
+        println!("holding {held} runs for {hold} s (server pid {})", server.pid());
+        tokio::time::sleep(Duration::from_secs(hold)).await;
+    }
     // 300 cancels at once.
     let mut tasks = Vec::new();
     for (i, id) in ids.iter().take(300).enumerate() {

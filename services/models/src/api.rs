@@ -99,7 +99,7 @@ impl model_service_server::ModelService for ModelApi {
         let inner = request.into_inner().request.ok_or_else(|| Status::from(ModelError::invalid("request", "is required")))?;
         let call = ChatCall::from_proto(inner, received)?;
         tracing::debug!(user = %ctx.identity.user_id, model = %call.model_name, caller = %call.caller, run_id = %call.run_id, "chat stream");
-        let mut deltas = ReceiverStream::new(self.gateway.chat_stream(call, ctx));
+        let mut deltas = ReceiverStream::new(self.gateway.chat_stream(call, ctx)).map(|item| *item);
         // Errors before the first delta are the RPC's status, not a message in an open stream.
         let first = match deltas.next().await {
             Some(Ok(delta)) => delta,

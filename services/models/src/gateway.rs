@@ -11,6 +11,7 @@
 //! closing), and dropping the attempt's event stream drops the upstream connection. A unary Chat is
 //! cancelled by tonic dropping the whole future, with the same effect.
 
+use bytes::Bytes;
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -33,7 +34,9 @@ use crate::{retry, telemetry, thinking, usage};
 
 /// Deltas buffered between the gateway and a slow ChatStream client. When full, the gateway stops reading
 /// the upstream until the client catches up (backpressure reaches the provider through TCP).
-const STREAM_BUFFER: usize = 64;
+/// Deltas buffered per stream between the upstream reader and the gRPC response (each slot costs
+/// memory for as long as the stream is open, whether used or not).
+const STREAM_BUFFER: usize = 16;
 
 /// A finished call.
 #[derive(Debug, Clone)]
@@ -48,8 +51,12 @@ enum Sink {
     /// Chat: deltas are dropped; nothing has reached the caller, so a broken stream may still be retried.
     Collect,
     /// ChatStream: deltas are forwarded at once.
-    Stream(mpsc::Sender<Result<ChatStreamResponse, ModelError>>),
+    Stream(mpsc::Sender<StreamItem>),
 }
+
+/// One item of a ChatStream, boxed: the channel allocates its slots in blocks of 32 whatever its
+/// capacity, so unboxed items (~600 bytes each) cost every open stream ~19 KiB.
+pub type StreamItem = Box<Result<ChatStreamResponse, ModelError>>;
 
 /// The client went away (or the call was otherwise abandoned).
 #[derive(Debug)]
@@ -117,7 +124,7 @@ impl Gateway {
 
     /// Runs a call in a task, streaming deltas and then exactly one `finish` (or an error before any delta).
     /// Dropping the returned receiver cancels the call and the upstream request.
-    pub fn chat_stream(self: &Arc<Self>, call: ChatCall, ctx: CallContext) -> mpsc::Receiver<Result<ChatStreamResponse, ModelError>> {
+    pub fn chat_stream(self: &Arc<Self>, call: ChatCall, ctx: CallContext) -> mpsc::Receiver<StreamItem> {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let gateway = self.clone();
         let span = tracing::info_span!("chat_stream", model = %call.model_name, caller = %call.caller, run_id = %call.run_id);
@@ -136,7 +143,7 @@ impl Gateway {
                     Err(ModelError::Cancelled) => return,
                     Err(error) => Err(error),
                 };
-                let _ = tx.send(last).await;
+                let _ = tx.send(Box::new(last)).await;
             },
             span,
         ));
@@ -191,7 +198,7 @@ impl Gateway {
         // The requested model's refusals are the caller's to fix, so they are returned as they are.
         call.check_against(&requested.spec)?;
         let settings = thinking::settings(&requested.spec, call)?;
-        let body = requested.provider.prepare(call, settings)?;
+        let body = Bytes::from(requested.provider.prepare(call, settings)?.to_string());
 
         let mut clock = Clock::default();
         let mut attempts = 0u32;
@@ -208,7 +215,8 @@ impl Gateway {
                     let prepared = call
                         .check_against(&model.spec)
                         .and_then(|()| thinking::settings(&model.spec, call))
-                        .and_then(|settings| model.provider.prepare(call, settings));
+                        .and_then(|settings| model.provider.prepare(call, settings))
+                        .map(|body| Bytes::from(body.to_string()));
                     match prepared {
                         Ok(body) => {
                             telemetry::fallback(&previous, &model.spec.name);
@@ -282,7 +290,7 @@ impl Gateway {
         call: &ChatCall,
         requested: &Model,
         model: &Arc<Model>,
-        body: &serde_json::Value,
+        body: &Bytes,
         sink: &Sink,
         clock: &mut Clock,
         attempts: u32,
@@ -344,7 +352,7 @@ impl Gateway {
                 Sink::Stream(tx) => {
                     let blocked = Instant::now();
                     for delta in out.drain(..) {
-                        if tx.send(Ok(delta)).await.is_err() {
+                        if tx.send(Box::new(Ok(delta))).await.is_err() {
                             return AttemptEnd::Interrupted;
                         }
                     }
@@ -364,7 +372,7 @@ impl Gateway {
         let assembled = assembler.finish(&mut out);
         if let Sink::Stream(tx) = sink {
             for delta in out.drain(..) {
-                if tx.send(Ok(delta)).await.is_err() {
+                if tx.send(Box::new(Ok(delta))).await.is_err() {
                     return AttemptEnd::Interrupted;
                 }
             }

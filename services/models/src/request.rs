@@ -59,7 +59,7 @@ pub struct ChatCall {
     /// Requested model; empty = the default model.
     pub model_name: String,
     pub messages: Vec<Message>,
-    pub tools: Vec<ToolSpec>,
+    pub tools: Vec<CallTool>,
     pub tool_use: ToolUse,
     pub thinking_enabled: bool,
     pub thinking_budget_tokens: u32,
@@ -80,6 +80,32 @@ pub struct ChatCall {
 
 fn valid_tool_name(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// A tool the model may call. The schema is kept as JSON text, not as the decoded `Struct`: a call
+/// keeps its tools for as long as its stream lasts (fallbacks prepare their own body, and usage may be
+/// estimated at the end), and a dozen schemas as `Struct` trees took ~40 KiB per open stream, as text
+/// a fifth of that.
+#[derive(Debug, Clone)]
+pub struct CallTool {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments, as JSON text; None when the request gave none.
+    pub parameters: Option<String>,
+}
+
+impl CallTool {
+    /// The schema as a JSON value (None when none was given).
+    pub fn schema(&self) -> Option<serde_json::Value> {
+        self.parameters.as_deref().and_then(|text| serde_json::from_str(text).ok())
+    }
+}
+
+impl From<ToolSpec> for CallTool {
+    fn from(tool: ToolSpec) -> Self {
+        let parameters = tool.parameters.as_ref().map(|p| serde_json::Value::Object(crate::convert::struct_to_map(p)).to_string());
+        Self { name: tool.name, description: tool.description, parameters }
+    }
 }
 
 impl ChatCall {
@@ -187,7 +213,7 @@ impl ChatCall {
         Ok(Self {
             model_name: request.model_name,
             messages: request.messages,
-            tools: request.tools,
+            tools: request.tools.into_iter().map(CallTool::from).collect(),
             tool_use,
             thinking_enabled: request.thinking_enabled,
             thinking_budget_tokens: request.thinking_budget_tokens,

@@ -8,7 +8,7 @@
 
 use antler_proto::common::{Message, Usage, content_part};
 
-use crate::convert::{arguments_text, struct_to_map};
+use crate::convert::arguments_text;
 use crate::events::UsageReport;
 use crate::request::ChatCall;
 
@@ -50,8 +50,7 @@ pub fn estimate_input(call: &ChatCall) -> u64 {
         total += PER_MESSAGE + tokens(&message_text(message));
     }
     for tool in &call.tools {
-        let schema = tool.parameters.as_ref().map(|p| serde_json::Value::Object(struct_to_map(p)).to_string()).unwrap_or_default();
-        total += tokens(&tool.name) + tokens(&tool.description) + tokens(&schema);
+        total += tokens(&tool.name) + tokens(&tool.description) + tokens(tool.parameters.as_deref().unwrap_or_default());
     }
     total
 }

@@ -181,7 +181,9 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
     let outcome = if let Some(error) = corrupt {
         Outcome::Failed(error)
     } else {
-        match (resume_point(engine, &run, resumed).await, load_input(engine, &run.run_id, &mut request).await) {
+        // The larger steps before and after the agent are boxed: an async fn is as large as its
+        // largest await, and this one waits (on the agent) for the whole run.
+        match (Box::pin(resume_point(engine, &run, resumed)).await, Box::pin(load_input(engine, &run.run_id, &mut request)).await) {
             (Err(error), _) | (_, Err(error)) => {
                 Outcome::Failed(RunError { code: "resume_failed".to_owned(), message: error.to_string(), retryable: true, details: None })
             }
@@ -234,7 +236,7 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
     };
 
     let outcome = match outcome {
-        Outcome::Completed { stop_reason, outputs } => verify_outputs(engine, &run, &declared, stop_reason, outputs).await,
+        Outcome::Completed { stop_reason, outputs } => Box::pin(verify_outputs(engine, &run, &declared, stop_reason, outputs)).await,
         other => other,
     };
     timer.abort();
@@ -255,7 +257,7 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
         Some(StopCause::Fenced) | Some(StopCause::Release) => {
             tracing::info!(run_id = %run.run_id, "stopped without finalizing (lease lost or released)")
         }
-        _ => match finalize::finalize(engine, &run, &declared, outcome).await {
+        _ => match Box::pin(finalize::finalize(engine, &run, &declared, outcome)).await {
             Ok(Some(events)) => engine.hub.publish(&events),
             Ok(None) => tracing::info!(run_id = %run.run_id, "fenced at finalization: nothing written"),
             Err(error) => {

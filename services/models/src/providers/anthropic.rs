@@ -107,11 +107,7 @@ impl Provider for Anthropic {
                 .tools
                 .iter()
                 .map(|t| {
-                    let schema = t
-                        .parameters
-                        .as_ref()
-                        .map(|p| Value::Object(struct_to_map(p)))
-                        .unwrap_or_else(|| json!({ "type": "object", "properties": {} }));
+                    let schema = t.schema().unwrap_or_else(|| json!({ "type": "object", "properties": {} }));
                     json!({ "name": t.name, "description": t.description, "input_schema": schema })
                 })
                 .collect();
@@ -138,9 +134,9 @@ impl Provider for Anthropic {
         Ok(Value::Object(body))
     }
 
-    fn send(&self, body: &Value) -> BoxFuture<'static, Result<Attempt, UpstreamError>> {
+    fn send(&self, body: &Bytes) -> BoxFuture<'static, Result<Attempt, UpstreamError>> {
         let http = self.http.clone();
-        let bytes = Bytes::from(body.to_string());
+        let bytes = body.clone();
         Box::pin(async move {
             let (request_id, sse) = http.open(bytes).await?;
             Ok(Attempt { events: super::http::parse(sse, Parser::default()), request_id })

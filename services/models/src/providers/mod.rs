@@ -14,6 +14,7 @@ pub mod replay;
 use std::fmt;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use serde_json::{Map, Value};
@@ -45,9 +46,12 @@ pub trait Provider: Send + Sync + fmt::Debug {
     /// Errors are the caller's (INVALID_ARGUMENT) and mean nothing was sent.
     fn prepare(&self, call: &ChatCall, settings: Map<String, Value>) -> Result<Value, ModelError>;
 
-    /// Makes one attempt. Resolves once the upstream has accepted the request and its stream has begun, or
-    /// with the failure. The first-byte timeout is applied here; the inter-chunk timeout by the caller.
-    fn send(&self, body: &Value) -> BoxFuture<'static, Result<Attempt, UpstreamError>>;
+    /// Makes one attempt with the body [`prepare`](Self::prepare) made, serialised once (the tree of a
+    /// body with a dozen tool schemas is five times the size of its text, and a stream keeps its body
+    /// for retries while it lasts). Resolves once the upstream has accepted the request and its stream
+    /// has begun, or with the failure. The first-byte timeout is applied here; the inter-chunk timeout
+    /// by the caller.
+    fn send(&self, body: &Bytes) -> BoxFuture<'static, Result<Attempt, UpstreamError>>;
 }
 
 /// Builds the provider of a model.

@@ -21,7 +21,7 @@ use serde_json::{Map, Value, json};
 
 use super::http::{Http, SseEvent, SseParser};
 use super::{Attempt, Provider, apply_settings};
-use crate::convert::{arguments_text, struct_to_map};
+use crate::convert::arguments_text;
 use crate::error::{ModelError, UpstreamError, UpstreamKind};
 use crate::events::{Event, Stop, UsageReport};
 use crate::request::{ChatCall, ToolUse};
@@ -75,7 +75,7 @@ impl Provider for OpenAi {
                 .tools
                 .iter()
                 .map(|t| {
-                    let parameters = t.parameters.as_ref().map(|p| Value::Object(struct_to_map(p))).unwrap_or_else(empty_schema);
+                    let parameters = t.schema().unwrap_or_else(empty_schema);
                     json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": parameters } })
                 })
                 .collect();
@@ -100,9 +100,9 @@ impl Provider for OpenAi {
         Ok(Value::Object(body))
     }
 
-    fn send(&self, body: &Value) -> BoxFuture<'static, Result<Attempt, UpstreamError>> {
+    fn send(&self, body: &Bytes) -> BoxFuture<'static, Result<Attempt, UpstreamError>> {
         let http = self.http.clone();
-        let bytes = Bytes::from(body.to_string());
+        let bytes = body.clone();
         Box::pin(async move {
             let (request_id, sse) = http.open(bytes).await?;
             Ok(Attempt { events: super::http::parse(sse, Parser::default()), request_id })

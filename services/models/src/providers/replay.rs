@@ -6,6 +6,7 @@
 //! turn 1, …), so a script plays an agent loop through without any state kept between calls — except the
 //! count of injected failures, which is per process (`fail.times` failures, then the turn succeeds).
 
+use bytes::Bytes;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -220,7 +221,8 @@ impl Provider for Replay {
         Ok(json!({ "turn": turn, "thinking": call.thinking_enabled }))
     }
 
-    fn send(&self, body: &Value) -> BoxFuture<'static, Result<Attempt, UpstreamError>> {
+    fn send(&self, body: &Bytes) -> BoxFuture<'static, Result<Attempt, UpstreamError>> {
+        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let turn_index = body.get("turn").and_then(Value::as_u64).and_then(|t| usize::try_from(t).ok()).unwrap_or(0);
         let thinking = body.get("thinking").and_then(Value::as_bool).unwrap_or(false);
         let script = self.script.clone();

@@ -70,8 +70,28 @@ pub trait Tool: Send + Sync {
 #[derive(Clone, Default)]
 pub struct ToolSet {
     tools: Vec<Arc<dyn Tool>>,
-    /// `specs()`, built on first use: the same schemas go out with every model call of the run.
-    specs: std::sync::OnceLock<Vec<ToolSpec>>,
+}
+
+/// The schema of each built-in tool, built once per process: every run and every model call sends
+/// the same ones, and a per-run copy of them was the largest thing a run waiting on its model held
+/// (about 40 KiB).
+fn cached_spec(tool: &dyn Tool) -> Arc<ToolSpec> {
+    static SPECS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<&'static str, Arc<ToolSpec>>>> =
+        std::sync::LazyLock::new(Default::default);
+    let mut specs = SPECS.lock().unwrap_or_else(|p| p.into_inner());
+    specs
+        .entry(tool.name())
+        .or_insert_with(|| {
+            Arc::new(ToolSpec {
+                name: tool.name().to_owned(),
+                description: tool.description().to_owned(),
+                parameters: match antler_kit::json::json_to_value(&tool.parameters()).kind {
+                    Some(prost_types::value::Kind::StructValue(s)) => Some(s),
+                    _ => None,
+                },
+            })
+        })
+        .clone()
 }
 
 impl std::fmt::Debug for ToolSet {
@@ -95,7 +115,6 @@ impl ToolSet {
                 Arc::new(present_files::PresentFiles),
                 Arc::new(ask_clarification::AskClarification),
             ],
-            specs: std::sync::OnceLock::new(),
         };
         if plan_mode {
             set.tools.push(Arc::new(write_todos::WriteTodos));
@@ -107,23 +126,9 @@ impl ToolSet {
         self.tools.iter().find(|t| t.name() == name)
     }
 
-    /// The schemas the model is given.
+    /// The schemas the model is given (a copy for the request; prost messages own their values).
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.specs
-            .get_or_init(|| {
-                self.tools
-                    .iter()
-                    .map(|t| ToolSpec {
-                        name: t.name().to_owned(),
-                        description: t.description().to_owned(),
-                        parameters: match antler_kit::json::json_to_value(&t.parameters()).kind {
-                            Some(prost_types::value::Kind::StructValue(s)) => Some(s),
-                            _ => None,
-                        },
-                    })
-                    .collect()
-            })
-            .clone()
+        self.tools.iter().map(|t| (*cached_spec(t.as_ref())).clone()).collect()
     }
 }
 
