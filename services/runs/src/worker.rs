@@ -103,7 +103,6 @@ async fn sweep_once(engine: &Arc<Engine>) -> Result<(), crate::error::RunsError>
     }
     engine.wake.notify_one();
     forget_ended_secrets(engine).await?;
-    engine.store.refresh_statistics().await?;
     Ok(())
 }
 

@@ -123,7 +123,8 @@ pub struct Store {
     write_slot: Option<Arc<WriteSlot>>,
     /// SQLite: the connection of the WAL checkpointer (and of the last checkpoint at shutdown).
     checkpoints: Option<DatabaseConnection>,
-    /// Stops the SQLite WAL checkpointer when the last clone of the store goes.
+    /// Stops the background task (SQLite: the WAL checkpointer; PostgreSQL: the statistics refresh)
+    /// when the last clone of the store goes.
     _checkpointer: Option<Arc<tokio_util::sync::DropGuard>>,
 }
 
@@ -198,6 +199,42 @@ async fn checkpoint_wal(
     }
 }
 
+/// PostgreSQL: refreshes the planner's statistics of the busiest tables once they have more than
+/// doubled since the last ANALYZE, checked every second. Autovacuum would do it within a minute or
+/// so, but a cached plan made while a table was small keeps scanning it whole meanwhile: on a fresh
+/// database under an admission burst the idempotency-key lookup went from 0.03 ms to 2.5 ms that way,
+/// and the workers started runs at a seventh of their rate. The check is one read of
+/// `pg_stat_user_tables`.
+async fn refresh_statistics_every_second(db: DatabaseConnection, stop: tokio_util::sync::CancellationToken) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        if let Err(error) = refresh_statistics(&db).await {
+            tracing::debug!(%error, "statistics not refreshed");
+        }
+    }
+}
+
+async fn refresh_statistics(db: &DatabaseConnection) -> Result<(), DbErr> {
+    let stale = db
+        .query_all_raw(sea_orm::Statement::from_string(
+            DbBackend::Postgres,
+            "SELECT relname FROM pg_stat_user_tables WHERE relname IN ('runs', 'run_events', 'threads') \
+             AND n_mod_since_analyze > GREATEST(1000, n_live_tup - n_mod_since_analyze)",
+        ))
+        .await?;
+    for row in stale {
+        let table: String = row.try_get_by_index(0)?;
+        db.execute_unprepared(&format!("ANALYZE {table}")).await?;
+        tracing::debug!(table, "statistics refreshed");
+    }
+    Ok(())
+}
+
 /// Runs `PRAGMA wal_checkpoint(mode)`: (frames in the WAL, frames copied into the database).
 async fn wal_checkpoint(conn: &DatabaseConnection, mode: &str) -> Result<(i64, i64), DbErr> {
     let row = conn
@@ -258,7 +295,12 @@ impl Store {
             }
             _ => None,
         };
-        let store = Self { db, writer, write_slot, checkpoints, _checkpointer: checkpointer };
+        let statistics = (!sqlite).then(|| {
+            let stop = tokio_util::sync::CancellationToken::new();
+            tokio::spawn(refresh_statistics_every_second(db.clone(), stop.clone()));
+            Arc::new(stop.drop_guard())
+        });
+        let store = Self { db, writer, write_slot, checkpoints, _checkpointer: checkpointer.or(statistics) };
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
         let mut attempt = 0;
         loop {
@@ -291,30 +333,6 @@ impl Store {
             }
         }
         tracing::warn!("the SQLite WAL could not be truncated at shutdown (readers kept it busy); the next start will");
-    }
-
-    /// PostgreSQL: refreshes the planner's statistics of the busiest tables once they have more than
-    /// doubled since the last ANALYZE. Autovacuum would do it within a minute or so, but a cached
-    /// plan made while a table was small keeps scanning it whole meanwhile: on a fresh database under
-    /// an admission burst, the idempotency-key lookup went from 0.03 ms to 2.5 ms that way.
-    pub async fn refresh_statistics(&self) -> Result<(), DbErr> {
-        if self.backend() != DbBackend::Postgres {
-            return Ok(());
-        }
-        let stale = self
-            .db
-            .query_all_raw(sea_orm::Statement::from_string(
-                DbBackend::Postgres,
-                "SELECT relname FROM pg_stat_user_tables WHERE relname IN ('runs', 'run_events', 'threads') \
-                 AND n_mod_since_analyze > GREATEST(1000, n_live_tup - n_mod_since_analyze)",
-            ))
-            .await?;
-        for row in stale {
-            let table: String = row.try_get_by_index(0)?;
-            self.db.execute_unprepared(&format!("ANALYZE {table}")).await?;
-            tracing::debug!(table, "statistics refreshed");
-        }
-        Ok(())
     }
 
     pub fn backend(&self) -> DbBackend {
