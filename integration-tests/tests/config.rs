@@ -65,9 +65,11 @@ fn config_check_prints_the_resolved_file_with_secrets_masked() -> anyhow::Result
 }
 
 #[test]
-fn the_example_config_is_valid() -> anyhow::Result<()> {
-    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/antler.yaml");
-    let output = Command::new(binary("antler")?).args(["config", "check", "--config"]).arg(&example).output()?;
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+fn the_example_configs_are_valid() -> anyhow::Result<()> {
+    for name in ["antler.yaml", "mcp-demo.yaml"] {
+        let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);
+        let output = Command::new(binary("antler")?).args(["config", "check", "--config"]).arg(&example).output()?;
+        assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
+    }
     Ok(())
 }

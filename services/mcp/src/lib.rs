@@ -10,12 +10,10 @@
 //!   [`pool`] (sessions: keys, LRU, dedup, breaker, counters);
 //! * tools: [`catalog`] (names, hash), [`search`] (tool_search), [`schema`] (argument checks),
 //!   [`content`] (results and path rewriting);
-//! * [`service`] is the domain entry point, [`api`] the thin gRPC layer, [`error`] the status mapping,
-//!   [`client`] helpers for callers such as the lead agent.
+//! * [`service`] is the domain entry point, [`api`] the thin gRPC layer, [`error`] the status mapping.
 
 pub mod api;
 pub mod catalog;
-pub mod client;
 pub mod config;
 pub mod content;
 pub mod convert;

@@ -12,6 +12,22 @@ pub struct LeadConfig {
     pub loop_detection: LoopDetectionConfig,
     pub guardrails: GuardrailsConfig,
     pub middlewares: MiddlewaresConfig,
+    pub mcp: McpToolsConfig,
+}
+
+/// MCP tools in the lead agent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpToolsConfig {
+    /// List the MCP service's tools at the start of each attempt and offer them to the model (whether
+    /// they are deferred behind `tool_search` is the MCP service's `tool_search.enabled`).
+    pub enabled: bool,
+}
+
+impl Default for McpToolsConfig {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
 }
 
 /// Switching built-in layers off.

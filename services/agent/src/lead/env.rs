@@ -32,11 +32,49 @@ pub struct RunEnv {
     jump_to_model: AtomicBool,
     /// The outputs directory when the run started (path → SHA-256); see `ThreadState::outputs_before`.
     outputs_before: Mutex<Option<BTreeMap<String, String>>>,
+    /// The MCP service's hash of this attempt's deferred tools (empty: none deferred).
+    catalog_hash: String,
+    /// Deferred tools `tool_search` promoted, under the catalog hash they were found in.
+    promoted: Mutex<Promoted>,
+}
+
+/// Deferred tools promoted by `tool_search`, and the catalog they belong to. Kept in checkpoints, so a
+/// resumed attempt still offers them, unless the catalog changed meanwhile (then they are stale).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Promoted {
+    pub catalog_hash: String,
+    pub names: Vec<String>,
+}
+
+impl Promoted {
+    /// DeerFlow's `merge_promoted`: nothing new keeps what there is, another catalog replaces it,
+    /// the same catalog adds the new names in order.
+    pub fn merge(&mut self, catalog_hash: &str, names: &[String]) {
+        if names.is_empty() {
+            return;
+        }
+        if self.catalog_hash != catalog_hash {
+            self.catalog_hash = catalog_hash.to_owned();
+            self.names.clear();
+        }
+        for name in names {
+            if !self.names.contains(name) {
+                self.names.push(name.clone());
+            }
+        }
+    }
 }
 
 impl RunEnv {
     pub fn new(ctx: AgentContext) -> Self {
+        Self::with_catalog(ctx, String::new())
+    }
+
+    /// An attempt whose deferred MCP tools have the catalog hash `catalog_hash`.
+    pub fn with_catalog(ctx: AgentContext, catalog_hash: String) -> Self {
         Self {
+            catalog_hash,
+            promoted: Mutex::new(Promoted::default()),
             ctx,
             sandbox: OnceCell::new(),
             presented: Mutex::new(Vec::new()),
@@ -107,6 +145,26 @@ impl RunEnv {
 
     pub fn outputs_before(&self) -> Option<BTreeMap<String, String>> {
         self.outputs_before.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records tools promoted by `tool_search` (see [`Promoted::merge`]).
+    pub fn promote(&self, catalog_hash: &str, names: &[String]) {
+        self.promoted.lock().unwrap_or_else(|p| p.into_inner()).merge(catalog_hash, names);
+    }
+
+    /// Whether a deferred tool may be offered and called: promoted under this attempt's catalog.
+    pub fn is_promoted(&self, name: &str) -> bool {
+        let promoted = self.promoted.lock().unwrap_or_else(|p| p.into_inner());
+        promoted.catalog_hash == self.catalog_hash && promoted.names.iter().any(|n| n == name)
+    }
+
+    pub fn promoted(&self) -> Promoted {
+        self.promoted.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Restores the promotions of a checkpoint.
+    pub fn set_promoted(&self, promoted: Promoted) {
+        *self.promoted.lock().unwrap_or_else(|p| p.into_inner()) = promoted;
     }
 
     pub fn present(&self, paths: &[String]) {

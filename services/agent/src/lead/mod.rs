@@ -87,7 +87,14 @@ impl AgentFactory for LeadFactory {
         let tools = ToolSet::builtin(plan_mode);
         let base = if self.config.system_prompt.is_empty() { prompt::SYSTEM_PROMPT.to_owned() } else { self.config.system_prompt.clone() };
         let system_prompt = prompt::with_context(base, spec.request.config.as_ref().and_then(|c| c.context.as_ref()));
-        Ok(Box::new(LeadAgent { pipeline, executor: ExecuteTool { tools: tools.clone() }, tools, system_prompt }))
+        Ok(Box::new(LeadAgent {
+            pipeline,
+            executor: ExecuteTool { tools: tools.clone() },
+            tools,
+            system_prompt,
+            catalog_hash: String::new(),
+            mcp_enabled: self.config.mcp.enabled,
+        }))
     }
 }
 
@@ -97,11 +104,41 @@ pub struct LeadAgent {
     pub tools: ToolSet,
     pub executor: ExecuteTool,
     pub system_prompt: String,
+    /// The MCP service's hash of the deferred tools of this attempt (empty: none deferred).
+    pub catalog_hash: String,
+    /// Whether the attempt lists the MCP service's tools (`runs.lead.mcp.enabled`).
+    pub mcp_enabled: bool,
+}
+
+impl LeadAgent {
+    /// Adds the MCP tools the run's user sees. They are listed at the start of every attempt, so a
+    /// resumed run gets the servers' tools as they are now; deferred ones are named in the system
+    /// prompt and come with `tool_search`.
+    async fn add_mcp_tools(&mut self, ctx: &AgentContext) {
+        let catalog = tools::mcp::discover(ctx).await;
+        tracing::debug!(run_id = %ctx.spec.run_id, "{catalog}");
+        if catalog.tools.is_empty() {
+            return;
+        }
+        let deferred = catalog.deferred_names();
+        if !deferred.is_empty() {
+            self.system_prompt.push_str(&tools::tool_search::deferred_section(&deferred));
+            self.tools.extend([Arc::new(tools::tool_search::ToolSearch) as Arc<dyn tools::Tool>]);
+        }
+        self.catalog_hash = catalog.catalog_hash;
+        self.tools.extend(catalog.tools.into_iter().map(|t| t as Arc<dyn tools::Tool>));
+        self.executor = ExecuteTool { tools: self.tools.clone() };
+    }
 }
 
 impl Agent for LeadAgent {
-    fn run(self: Box<Self>, ctx: AgentContext) -> BoxFuture<'static, Outcome> {
-        Box::pin(async move { runner::run(&self, ctx).await })
+    fn run(mut self: Box<Self>, ctx: AgentContext) -> BoxFuture<'static, Outcome> {
+        Box::pin(async move {
+            if self.mcp_enabled {
+                self.add_mcp_tools(&ctx).await;
+            }
+            runner::run(&self, ctx).await
+        })
     }
 }
 

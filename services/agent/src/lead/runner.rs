@@ -23,7 +23,7 @@ const SUMMARY_CHARS: usize = 2000;
 
 /// Runs one attempt to its outcome.
 pub async fn run(agent: &LeadAgent, ctx: AgentContext) -> Outcome {
-    let env = RunEnv::new(ctx);
+    let env = RunEnv::with_catalog(ctx, agent.catalog_hash.clone());
     let result = drive(agent, &env).await;
     // A fenced worker no longer owns the run: another one may be using the thread's sandbox now.
     if !matches!(result, Err(LoopError::Fenced)) {
@@ -72,8 +72,9 @@ async fn initial_state(env: &RunEnv) -> Result<(ThreadState, bool), LoopError> {
             state.messages.push(message);
         }
     }
-    // Files presented earlier on this thread are still its deliverables.
+    // Files presented earlier on this thread are still its deliverables, promoted tools still offered.
     env.present(&state.artifacts);
+    env.set_promoted(state.promoted.clone());
     Ok((state, continuing))
 }
 
@@ -198,6 +199,7 @@ fn unique_call_ids(history: &[Message], message: &mut Message) {
 fn settled(env: &RunEnv, state: &mut ThreadState) -> (prost_types::Struct, usize) {
     state.artifacts = env.presented();
     state.stop_reason = env.stop_reason().unwrap_or_default();
+    state.promoted = env.promoted();
     (state.values(), state.messages.len())
 }
 
@@ -221,7 +223,7 @@ fn build_request(agent: &LeadAgent, env: &RunEnv, state: &ThreadState) -> ChatRe
     ChatRequest {
         model_name: config.model_name.clone(),
         messages,
-        tools: agent.tools.specs(),
+        tools: agent.tools.specs_where(|t| !t.deferred() || env.is_promoted(t.name())),
         thinking_enabled: config.thinking_enabled.unwrap_or(false),
         reasoning_effort: config.reasoning_effort,
         caller: "lead_agent".to_owned(),

@@ -28,6 +28,8 @@ pub struct ThreadState {
     /// The outputs directory when the run `step_run_id` started (path → SHA-256), so the delivery
     /// receipt lists what this run produced; kept in checkpoints so a resumed attempt has it too.
     pub outputs_before: Option<BTreeMap<String, String>>,
+    /// Deferred tools promoted by `tool_search` during this thread's runs.
+    pub promoted: super::env::Promoted,
 }
 
 /// One item of the plan.
@@ -86,7 +88,14 @@ impl ThreadState {
             ),
             _ => None,
         };
+        let promoted = values
+            .fields
+            .get("promoted")
+            .map(antler_kit::json::value_to_json)
+            .and_then(|v| serde_json::from_value::<super::env::Promoted>(v).ok())
+            .unwrap_or_default();
         Self {
+            promoted,
             outputs_before,
             todos,
             stop_reason: text("stop_reason"),
@@ -114,6 +123,11 @@ impl ThreadState {
         if let Some(files) = &self.outputs_before {
             let fields = files.iter().map(|(path, sha)| (path.clone(), string(sha))).collect();
             values.fields.insert("outputs_before".to_owned(), Value { kind: Some(Kind::StructValue(Struct { fields })) });
+        }
+        if !self.promoted.names.is_empty()
+            && let Ok(promoted) = serde_json::to_value(&self.promoted)
+        {
+            values.fields.insert("promoted".to_owned(), antler_kit::json::json_to_value(&promoted));
         }
         if let Ok(todos) = serde_json::to_value(&self.todos) {
             values.fields.insert("todos".to_owned(), antler_kit::json::json_to_value(&todos));

@@ -9,6 +9,10 @@ pub enum ToolError {
     Sandbox(tonic::Status),
     #[error("no sandbox client is configured (clients.sandbox)")]
     NoSandboxClient,
+    #[error("the MCP service answered {:?}: {}", .0.code(), .0.message())]
+    Mcp(tonic::Status),
+    #[error("no MCP client is configured (clients.mcp)")]
+    NoMcpClient,
     /// The run is stopping (cancel or lost ownership): not a tool failure, the loop ends.
     #[error("the run is stopping")]
     Stopping,
@@ -20,7 +24,8 @@ impl ToolError {
         match self {
             ToolError::InvalidArguments(_) => "InvalidArguments",
             ToolError::Sandbox(_) => "SandboxError",
-            ToolError::NoSandboxClient => "ConfigurationError",
+            ToolError::NoSandboxClient | ToolError::NoMcpClient => "ConfigurationError",
+            ToolError::Mcp(_) => "McpError",
             ToolError::Stopping => "Stopping",
         }
     }

@@ -28,9 +28,12 @@ impl ToolTerminal for ExecuteTool {
     fn call<'a>(&'a self, env: &'a RunEnv, call: &'a ToolCall, args: &'a Args) -> BoxFuture<'a, ToolResult> {
         Box::pin(async move {
             let Some(tool) = self.tools.get(&call.name) else {
-                let names: Vec<String> = self.tools.specs().into_iter().map(|s| s.name).collect();
+                let names = self.tools.names();
                 return Ok(ToolOutput::error(format!("Error: {} is not a valid tool, try one of [{}].", call.name, names.join(", "))));
             };
+            if tool.deferred() && !env.is_promoted(&call.name) {
+                return Ok(ToolOutput::error(super::tools::tool_search::not_promoted_text(&call.name)));
+            }
             if !tool.side_effect() {
                 return tool.call(env, args).await;
             }

@@ -10,9 +10,11 @@ pub mod bash;
 pub mod glob;
 pub mod grep;
 pub mod ls;
+pub mod mcp;
 pub mod present_files;
 pub mod read_file;
 pub mod str_replace;
+pub mod tool_search;
 pub mod write_file;
 pub mod write_todos;
 
@@ -55,13 +57,22 @@ impl ToolOutput {
 
 /// One tool the model can call.
 pub trait Tool: Send + Sync {
-    fn name(&self) -> &'static str;
-    fn description(&self) -> &'static str;
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
     /// JSON schema of the arguments.
     fn parameters(&self) -> Value;
     /// True when a call changes the world (journalled: never blindly re-run after a crash).
     fn side_effect(&self) -> bool {
         false
+    }
+    /// True when the model is not shown the tool until `tool_search` promotes it (MCP tools when the
+    /// MCP service defers them).
+    fn deferred(&self) -> bool {
+        false
+    }
+    /// The schema, when the tool keeps its own (built-ins have theirs built once per process).
+    fn own_spec(&self) -> Option<Arc<ToolSpec>> {
+        None
     }
     fn call<'a>(&'a self, env: &'a RunEnv, args: &'a Args) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
 }
@@ -76,11 +87,17 @@ pub struct ToolSet {
 /// the same ones, and a per-run copy of them was the largest thing a run waiting on its model held
 /// (about 40 KiB).
 fn cached_spec(tool: &dyn Tool) -> Arc<ToolSpec> {
-    static SPECS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<&'static str, Arc<ToolSpec>>>> =
+    if let Some(spec) = tool.own_spec() {
+        return spec;
+    }
+    static SPECS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, Arc<ToolSpec>>>> =
         std::sync::LazyLock::new(Default::default);
     let mut specs = SPECS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(spec) = specs.get(tool.name()) {
+        return spec.clone();
+    }
     specs
-        .entry(tool.name())
+        .entry(tool.name().to_owned())
         .or_insert_with(|| {
             Arc::new(ToolSpec {
                 name: tool.name().to_owned(),
@@ -126,9 +143,31 @@ impl ToolSet {
         self.tools.iter().find(|t| t.name() == name)
     }
 
+    /// Adds tools after the built-ins (MCP tools, `tool_search`), leaving out any whose name is
+    /// already taken: a built-in always wins over a same-named MCP tool.
+    pub fn extend(&mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) {
+        for tool in tools {
+            if self.get(tool.name()).is_some() {
+                tracing::warn!(tool = %tool.name(), "tool left out: a tool of that name already exists");
+                continue;
+            }
+            self.tools.push(tool);
+        }
+    }
+
+    /// Every tool's name, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.tools.iter().map(|t| t.name().to_owned()).collect()
+    }
+
     /// The schemas the model is given (a copy for the request; prost messages own their values).
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools.iter().map(|t| (*cached_spec(t.as_ref())).clone()).collect()
+        self.specs_where(|_| true)
+    }
+
+    /// The schemas of the tools `shown` keeps.
+    pub fn specs_where(&self, shown: impl Fn(&dyn Tool) -> bool) -> Vec<ToolSpec> {
+        self.tools.iter().filter(|t| shown(t.as_ref())).map(|t| (*cached_spec(t.as_ref())).clone()).collect()
     }
 }
 
