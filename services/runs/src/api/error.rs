@@ -17,9 +17,17 @@ pub fn to_status(error: RunsError) -> Status {
             status
         }
         RunsError::Unavailable(message) => antler_kit::status::unavailable(message, 1),
+        // The database's own text stays in the log: it names tables and values, and means nothing to
+        // a client. Only what a retry can fix is UNAVAILABLE (retryable by gRPC clients).
+        RunsError::Store(error) if error.is_transient() => {
+            tracing::warn!(%error, "runs database unavailable");
+            antler_kit::status::unavailable("the runs database is unavailable right now", 1)
+        }
         RunsError::Store(error) => {
             tracing::error!(%error, "runs database error");
-            antler_kit::status::unavailable(format!("the runs database failed: {error}"), 1)
+            Status::internal(
+                "the runs database failed (the server log has the detail)\nhint: this is not fixed by retrying; report it with the time of the call",
+            )
         }
     }
 }
@@ -27,5 +35,23 @@ pub fn to_status(error: RunsError) -> Status {
 impl From<RunsError> for Status {
     fn from(error: RunsError) -> Self {
         to_status(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    #[test]
+    fn database_errors_keep_their_text_in_the_log() {
+        let lost = to_status(RunsError::Store(StoreError::Db(sea_orm::DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout))));
+        assert_eq!(lost.code(), tonic::Code::Unavailable);
+        assert!(lost.metadata().get("retry-after").is_some());
+        let broken = to_status(RunsError::Store(StoreError::Db(sea_orm::DbErr::Custom("relation \"runs\" does not exist".to_owned()))));
+        assert_eq!(broken.code(), tonic::Code::Internal);
+        assert!(!broken.message().contains("relation"), "{}", broken.message());
+        let corrupt = to_status(RunsError::Store(StoreError::Corrupt("invalid wire type".to_owned())));
+        assert_eq!(corrupt.code(), tonic::Code::Internal);
     }
 }

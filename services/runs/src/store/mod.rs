@@ -38,6 +38,44 @@ impl StoreError {
     pub fn is_unique_violation(&self) -> bool {
         matches!(self, StoreError::Db(e) if matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))))
     }
+
+    /// Worth retrying: the database could not be reached or was busy, or gave up a transaction that
+    /// a retry can win. Everything else (a corrupt value, a schema that is not ours, a constraint we
+    /// broke) is a bug or damage a retry cannot fix.
+    pub fn is_transient(&self) -> bool {
+        let StoreError::Db(e) = self else { return false };
+        if self.is_busy() {
+            return true;
+        }
+        match e {
+            DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
+            DbErr::Exec(sea_orm::RuntimeErr::SqlxError(e)) | DbErr::Query(sea_orm::RuntimeErr::SqlxError(e)) => sqlx_transient(e),
+            _ => false,
+        }
+    }
+}
+
+fn sqlx_transient(e: &sea_orm::sqlx::Error) -> bool {
+    use sea_orm::sqlx::Error as E;
+    match e {
+        E::Io(_) | E::Tls(_) | E::Protocol(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed | E::BeginFailed => true,
+        E::Database(db) => db.code().is_some_and(|code| transient_code(&code)),
+        _ => false,
+    }
+}
+
+/// PostgreSQL SQLSTATEs a retry can get past — class 08 (connection exception), 40001 (serialization
+/// failure), 40P01 (deadlock), class 53 (insufficient resources), 55P03 (lock not available),
+/// 57P01–57P03 (shutting down, cannot connect now) — and SQLite's BUSY (5) and LOCKED (6) with their
+/// extended codes (`code & 0xff`).
+fn transient_code(code: &str) -> bool {
+    // SQLSTATEs are always five characters (some all digits); SQLite's codes are plain numbers.
+    if code.len() != 5
+        && let Ok(sqlite) = code.parse::<u32>()
+    {
+        return matches!(sqlite & 0xff, 5 | 6);
+    }
+    code.starts_with("08") || code.starts_with("53") || matches!(code, "40001" | "40P01" | "55P03" | "57P01" | "57P02" | "57P03")
 }
 
 /// Errors that can say "SQLite is locked by another process; try again".
@@ -378,6 +416,24 @@ impl Store {
                 }
                 other => return other,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_errors_a_retry_can_fix_are_transient() {
+        assert!(StoreError::Db(DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout)).is_transient());
+        assert!(!StoreError::Db(DbErr::Custom("no such table: runs".to_owned())).is_transient());
+        assert!(!StoreError::Corrupt("bad protobuf".to_owned()).is_transient());
+        for code in ["08006", "40001", "40P01", "53300", "57P01", "5", "517", "6"] {
+            assert!(transient_code(code), "{code}");
+        }
+        for code in ["42P01", "23505", "22P02", "XX000", "1", "11"] {
+            assert!(!transient_code(code), "{code}");
         }
     }
 }
