@@ -209,18 +209,33 @@ async fn database() -> anyhow::Result<(String, Option<(String, String)>)> {
 fn main() -> anyhow::Result<()> {
     let times = ModelTimes::default();
     metrics::set_global_recorder(times.clone()).map_err(|e| anyhow!("metrics recorder: {e}"))?;
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(bench(times))
+    // The services on one runtime (2 workers, as `antler up` on this machine), the client on its own, so
+    // reading the stream never competes with the services' tasks for a worker of the same runtime.
+    let services = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("bench-server").enable_all().build()?;
+    let client = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("bench-client").enable_all().build()?;
+    let (url, drop_after) = client.block_on(database())?;
+    let server = services.block_on(Server::start(&url))?;
+    let result = client.block_on(bench(times, &url, server.addr));
+    services.block_on(server.stop())?;
+    if let Some((admin, name)) = drop_after {
+        client.block_on(async {
+            let db = sea_orm::Database::connect(&admin).await?;
+            sea_orm::ConnectionTrait::execute_unprepared(&db, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
+            anyhow::Ok(())
+        })?;
+    }
+    result
 }
 
-async fn bench(times: ModelTimes) -> anyhow::Result<()> {
+async fn bench(times: ModelTimes, url: &str, addr: std::net::SocketAddr) -> anyhow::Result<()> {
     let sequential = env_usize("BENCH_RUNS", 200)?;
     let concurrent = env_usize("BENCH_CONCURRENT", 100)?;
-    let (url, drop_after) = database().await?;
     let backend = if url.is_empty() { "SQLite" } else { "PostgreSQL" };
-    let server = Server::start(&url).await?;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))?.connect().await?;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await?;
     let client = RunServiceClient::new(channel);
-    println!("lead agent per-step overhead: {backend}, in-process runs + models (replay, zero latency) + sandbox, 2 tokio workers");
+    println!(
+        "lead agent per-step overhead: {backend}, in-process runs + models (replay, zero latency) + sandbox on 2 tokio workers, the client on its own runtime"
+    );
     println!("each run: {TURNS} model turns, {} write_todos rounds = {} steps", TURNS - 1, 2 * TURNS - 1);
 
     // Warm-up: connections, prepared statements, the replay script.
@@ -304,10 +319,5 @@ async fn bench(times: ModelTimes) -> anyhow::Result<()> {
         percentile(&steps, 0.99),
         percentile(&run_walls, 0.5),
     );
-    server.stop().await?;
-    if let Some((admin, name)) = drop_after {
-        let db = sea_orm::Database::connect(&admin).await?;
-        sea_orm::ConnectionTrait::execute_unprepared(&db, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
-    }
     Ok(())
 }

@@ -16,9 +16,11 @@
 //! default `16,64`), `BENCH_OPEN_SECS` (open loop, seconds per path and round, 2 rounds, default 3),
 //! `BENCH_SOAK` (default 100000), `BENCH_ONLY` (`closed`, `open` or `soak` to run one part).
 //!
-//! Everything shares the machine: the double, the gateway and both clients run on the same runtime, so the
-//! "direct" figures already include the client and double costs that the gateway path also pays; the
-//! difference is what the gateway adds. Only the gateway's own-time histogram is recorded; every other
+//! The double and the gateway run on one tokio runtime ("server side"), the load generator on another
+//! (threads named apart), both in this process on the machine's cores. The "direct" figures include the
+//! client and double costs that the gateway path also pays; the difference is what the gateway adds. CPU
+//! per request is the server side's (from its threads' /proc counters): the double alone on the direct
+//! path, double + gateway through it, so their difference is the gateway's own CPU per request. Only the gateway's own-time histogram is recorded; every other
 //! metric goes to a no-op.
 
 #[path = "../tests/support/upstream.rs"]
@@ -102,13 +104,32 @@ fn fixture() -> anyhow::Result<String> {
     Ok(std::fs::read_to_string(path)?)
 }
 
-/// User + system CPU time of this process so far (Linux clock ticks are 10 ms; runs are long enough).
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The command name may hold spaces; the fields after the closing parenthesis are fixed.
-    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i).and_then(|v| v.parse::<u64>().ok())).sum();
+/// Thread-name prefixes of the two runtimes: the server side (upstream double and gateway) and the
+/// load generator. Kept apart so the clients' work never queues behind the server's on one runtime
+/// (which flattered neither path the same way), and so CPU is counted per side.
+const SERVER_THREADS: &str = "bench-server";
+const CLIENT_THREADS: &str = "bench-client";
+
+/// User + system CPU time so far of this process's threads whose name starts with `prefix` (Linux
+/// clock ticks are 10 ms; runs are long enough).
+fn cpu_time_of(prefix: &str) -> Duration {
+    let mut ticks = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The thread name may hold spaces; the fields after the closing parenthesis are fixed.
+        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+        if !head.split_once('(').is_some_and(|(_, name)| name.starts_with(prefix)) {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        ticks += [11, 12].iter().filter_map(|&i| fields.get(i).and_then(|v| v.parse::<u64>().ok())).sum::<u64>();
+    }
     Duration::from_millis(ticks * 10)
+}
+
+/// CPU of the server side: the upstream double alone on the direct path, double + gateway through it.
+fn cpu_time() -> Duration {
+    cpu_time_of(SERVER_THREADS)
 }
 
 fn rss_kib() -> u64 {
@@ -415,8 +436,22 @@ fn main() -> anyhow::Result<()> {
     let samples = recorder.samples.clone();
     metrics::set_global_recorder(recorder).map_err(|e| anyhow::anyhow!("{e}"))?;
     OVERHEAD_SAMPLES.set(samples).map_err(|_| anyhow::anyhow!("recorder set twice"))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(bench())
+    let server_runtime = tokio::runtime::Builder::new_multi_thread().thread_name(SERVER_THREADS).enable_all().build()?;
+    let client_runtime = tokio::runtime::Builder::new_multi_thread().thread_name(CLIENT_THREADS).enable_all().build()?;
+    let shutdown = CancellationToken::new();
+    // The double and the gateway run on the server runtime (its tasks keep running after block_on).
+    let (upstream, addr) = server_runtime.block_on(async {
+        let upstream = Upstream::start().await?;
+        upstream.always(Reply::sse(&fixture()?));
+        upstream.forget_requests();
+        // The kit's own listener and server stack, as deployed (it sets TCP_NODELAY on accepted connections).
+        let addr = gateway(&upstream.url(), shutdown.clone()).await?;
+        anyhow::Ok((upstream, addr))
+    })?;
+    let result = client_runtime.block_on(bench(upstream.url(), addr));
+    shutdown.cancel();
+    server_runtime.block_on(async move { drop(upstream) });
+    result
 }
 
 /// What the benchmark is pointed at.
@@ -426,29 +461,22 @@ struct Target {
     url: String,
 }
 
-async fn bench() -> anyhow::Result<()> {
+async fn bench(upstream: String, addr: SocketAddr) -> anyhow::Result<()> {
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let part = |name: &str| only.is_empty() || only == name;
-    let upstream = Upstream::start().await?;
-    upstream.always(Reply::sse(&fixture()?));
-    upstream.forget_requests();
-    let shutdown = CancellationToken::new();
-    // The kit's own listener and server stack, as deployed (it sets TCP_NODELAY on accepted connections).
-    let addr = gateway(&upstream.url(), shutdown.clone()).await?;
     let mut channels = Vec::new();
     for _ in 0..CHANNELS {
         channels.push(Channel::from_shared(format!("http://{addr}"))?.connect().await?);
     }
     let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
-    let url = format!("{}/v1/chat/completions", upstream.url());
+    let url = format!("{upstream}/v1/chat/completions");
     let target = Target { channels, http, url };
 
     if std::env::var("BENCH_PROFILE").is_ok() {
         // Only the gateway path, for `perf record`.
         let requests = env_or("BENCH_REQUESTS", 4000);
         let (_, wall, cpu) = run(Path::Gateway, 16, requests, &target.channels, &target.http, &target.url).await?;
-        println!("profile run: {requests} requests in {wall:?}, {cpu:?} CPU");
-        shutdown.cancel();
+        println!("profile run: {requests} requests in {wall:?}, {cpu:?} server-side CPU");
         return Ok(());
     }
     println!(
@@ -472,7 +500,7 @@ async fn bench() -> anyhow::Result<()> {
     if part("soak") {
         soak(&target).await?;
     }
-    shutdown.cancel();
+    println!("load generator CPU over the whole run: {:.2} s", cpu_time_of(CLIENT_THREADS).as_secs_f64());
     Ok(())
 }
 
@@ -515,7 +543,7 @@ async fn closed(target: &Target, goal: &mut Vec<String>) -> anyhow::Result<()> {
     println!("(milliseconds; + columns = through the gateway minus direct)");
     for (concurrency, direct_cpu, gateway_cpu, (own50, own99)) in &cpu_rows {
         println!(
-            "c={concurrency:>2}: CPU per request direct {direct_cpu:.0} µs, through the gateway {gateway_cpu:.0} µs ({:+.0} µs); gateway's own time (antler_model_gateway_overhead_seconds) p50 {} ms, p99 {} ms",
+            "c={concurrency:>2}: server-side CPU per request: the double alone (direct) {direct_cpu:.0} µs, double + gateway {gateway_cpu:.0} µs (gateway {:+.0} µs); gateway's own time (antler_model_gateway_overhead_seconds) p50 {} ms, p99 {} ms",
             gateway_cpu - direct_cpu,
             ms(*own50),
             ms(*own99),
@@ -564,7 +592,7 @@ async fn open(target: &Target, goal: &mut Vec<String>) -> anyhow::Result<()> {
             };
             let (own50, own99) = take_overhead();
             details.push(format!(
-                "{load:>9}: CPU per request direct {:.0} µs, gateway {:.0} µs; start delay p99 direct {} ms, gateway {} ms; slot waits direct {}, gateway {}; gateway's own time p50 {} ms, p99 {} ms",
+                "{load:>9}: server-side CPU per request direct {:.0} µs, through the gateway {:.0} µs; start delay p99 direct {} ms, gateway {} ms; slot waits direct {}, gateway {}; gateway's own time p50 {} ms, p99 {} ms",
                 df.cpu_us,
                 gf.cpu_us,
                 ms(delay99(&mut d)),

@@ -1,12 +1,11 @@
-//! Runs service benchmarks (issue #3, "Benchmarks"): CreateRun admissions/s at concurrency 64,
-//! publish → StreamRun latency, JoinRun replay of a 100k-event run (and how fast those events were
+//! Runs service benchmarks (issue #3, "Benchmarks"): publish → StreamRun latency, JoinRun replay of a 100k-event run (and how fast those events were
 //! appended), and resident memory per idle RUNNING run. Prints each figure as it is measured, then a
 //! table with its ratio to the goal.
 //!
 //! Run: `cargo bench -p antler-runs --bench runs_bench` (release build; about five minutes). PostgreSQL
 //! must accept `postgres://postgres@127.0.0.1:5432/postgres` (trust auth); each measurement gets a
 //! fresh database `antler_bench_<uuid>`, dropped afterwards. Knobs (environment):
-//! `RUNS_BENCH_ONLY=admission,latency,replay,append,memory` picks phases; `RUNS_BENCH_PG=0` skips
+//! `RUNS_BENCH_ONLY=latency,replay,append,memory` picks phases; `RUNS_BENCH_PG=0` skips
 //! PostgreSQL; `RUNS_BENCH_PG_URL` is the admin URL; `RUNS_BENCH_REPLAY_EVENTS` (100000) and
 //! `RUNS_BENCH_PG_REPLAY_EVENTS` (20000) size the replayed runs; `RUNS_BENCH_REPLAY_SCRIPT=custom`
 //! produces them with `custom` steps instead of one `say` step (slow, see below).
@@ -19,18 +18,14 @@
 //! process's tokio runtime; PostgreSQL shares the same cores. The figures are "everything on the
 //! machine's cores at once", the pessimistic reading of "on 2 cores". Each line says where the CPU
 //! went (this process, PostgreSQL, anything else); before each measurement the bench waits (two
-//! minutes in all at most) for other processes to go quiet, and measures admissions and latency again
-//! (keeping the least disturbed result) when something else took ≥ 0.3 cores meanwhile.
+//! minutes in all at most) for other processes to go quiet, and measures latency again (keeping the
+//! least disturbed result) when something else took ≥ 0.3 cores meanwhile.
+//!
+//! Admissions are not measured here: a client sharing the server's runtime flattered them (issue
+//! #11). `integration-tests/benches/store_load.rs` measures them against the `antler` binary from a
+//! separate client process, at c=1/16/64, with and without idempotency keys, with and without workers.
 //!
 //! Choices, per measurement:
-//! - Admissions: each CreateRun makes a new thread (empty `thread_id`), 64 requests in flight over 4
-//!   HTTP/2 connections, for at most 6 s or 8,000 admissions, after 256 to warm up. Two variants:
-//!   `admission only` (`max_concurrent_runs: 1`, and that one slot held by a `wait_cancel` run, so
-//!   admitted runs stay PENDING and the dispatcher returns at once on every wake-up: the admission path
-//!   alone; then 500 more at concurrency 1 for the unqueued service time) and `with workers` (default
-//!   32 slots and an empty script, so the worker pool starts and finalizes admitted runs while
-//!   admission goes on; it reports how many runs the workers finished during the window and in the 3 s
-//!   after it).
 //! - Latency: a script of 500 `custom` events 5 ms apart, read by a StreamRun client (the first 10
 //!   are skipped). `RunEvent.time` is taken in whole milliseconds (truncated) when the append begins,
 //!   so `receive − time` is an upper bound at most 1 ms above the true latency. For microseconds, a
@@ -79,8 +74,6 @@ use tonic::transport::Channel;
 
 const CONCURRENCY: usize = 64;
 const CHANNELS: usize = 4;
-const ADMIT_WINDOW: Duration = Duration::from_secs(6);
-const ADMIT_MAX: usize = 8_000;
 const LATENCY_EVENTS: usize = 500;
 const LATENCY_GAP_MS: u64 = 5;
 const LATENCY_WARMUP: usize = 10;
@@ -570,103 +563,6 @@ fn ms(d: Duration) -> f64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 1. Admissions
-// ---------------------------------------------------------------------------------------------
-
-struct Admission {
-    backend: Backend,
-    variant: &'static str,
-    rate: f64,
-    p50: Duration,
-    p99: Duration,
-    ok: usize,
-    errors: usize,
-    cpu: CpuUse,
-    after: String,
-    /// Admission only, at concurrency 1 afterwards: rate and latency p50.
-    serial: Option<(f64, Duration)>,
-    /// With workers: runs finished per second during the window, and once admission stopped.
-    workers: Option<(f64, f64)>,
-}
-
-const WORKERS_ALONE: Duration = Duration::from_secs(3);
-
-async fn admissions(backend: Backend, with_workers: bool) -> Result<Admission> {
-    let runs_yaml = if with_workers { "" } else { "  max_concurrent_runs: 1\n" };
-    let server = Server::start(backend, runs_yaml, Agents::Script).await?;
-    let result = async {
-        let clients = server.clients().await?;
-        let db = server.inspect().await?;
-        if !with_workers {
-            // Hold the only slot, so every admitted run stays PENDING.
-            let mut client = clients[0].clone();
-            let blocker = client.create_run(script(json!([{ "wait_cancel": true }]))).await?.into_inner().run.unwrap_or_default();
-            wait_run(&mut client, &blocker.run_id, Duration::from_secs(10), |r| r.status == RunStatus::Running as i32).await?;
-        }
-        let instant = script(json!([]));
-        drive(&clients, &instant, CONCURRENCY, 256, Duration::from_secs(5)).await?;
-        let succeeded = |counts: &HashMap<String, i64>| counts.get("success").copied().unwrap_or(0);
-        let done_before = succeeded(&status_counts(&db).await?);
-        let before = cpu_sample();
-        let driven = drive(&clients, &instant, CONCURRENCY, ADMIT_MAX, ADMIT_WINDOW).await?;
-        let cpu = cpu_use(&before, &cpu_sample());
-        let counts = status_counts(&db).await?;
-        let after = counts_text(&counts);
-        let (serial, workers) = if with_workers {
-            // How fast the workers finish runs while admission goes on, and once it has stopped.
-            let during = (succeeded(&counts) - done_before) as f64 / driven.elapsed.as_secs_f64();
-            tokio::time::sleep(WORKERS_ALONE).await;
-            let alone = (succeeded(&status_counts(&db).await?) - succeeded(&counts)) as f64 / WORKERS_ALONE.as_secs_f64();
-            (None, Some((during, alone)))
-        } else {
-            // One at a time: the service time of one admission, without queueing.
-            let serial = drive(&clients, &instant, 1, 500, Duration::from_secs(3)).await?;
-            (Some((serial.ok as f64 / serial.elapsed.as_secs_f64(), pct(&serial.latencies, 0.50).unwrap_or_default())), None)
-        };
-        db.close().await?;
-        if let Some(error) = &driven.first_error {
-            eprintln!("  {} CreateRun errors, first: {error}", driven.errors);
-        }
-        Ok::<_, anyhow::Error>(Admission {
-            backend,
-            variant: if with_workers { "with workers" } else { "admission only" },
-            rate: driven.ok as f64 / driven.elapsed.as_secs_f64(),
-            p50: pct(&driven.latencies, 0.50).unwrap_or_default(),
-            p99: pct(&driven.latencies, 0.99).unwrap_or_default(),
-            ok: driven.ok,
-            errors: driven.errors,
-            cpu,
-            after,
-            serial,
-            workers,
-        })
-    }
-    .await;
-    server.stop().await?;
-    let a = result?;
-    let extra = match (a.serial, a.workers) {
-        (Some((rate, p50)), _) => format!("at c=1: {rate:.0}/s, p50 {:.2} ms", ms(p50)),
-        (_, Some((during, alone))) => {
-            format!("workers finished {during:.0} runs/s during the window, {alone:.0} runs/s in the {WORKERS_ALONE:?} after it")
-        }
-        _ => String::new(),
-    };
-    println!(
-        "admissions  {:<8} {:<14} {:>7.0}/s  ({} ok, {} errors; latency p50 {:.1} ms p99 {:.1} ms; {}; runs in the db afterwards: {}; {extra})",
-        a.backend.name(),
-        a.variant,
-        a.rate,
-        a.ok,
-        a.errors,
-        ms(a.p50),
-        ms(a.p99),
-        a.cpu,
-        a.after,
-    );
-    Ok(a)
-}
-
-// ---------------------------------------------------------------------------------------------
 // 2. Event latency
 // ---------------------------------------------------------------------------------------------
 
@@ -1128,12 +1024,6 @@ trait Contended {
     fn others(&self) -> f64;
 }
 
-impl Contended for Admission {
-    fn others(&self) -> f64 {
-        self.cpu.other
-    }
-}
-
 impl Contended for Latency {
     fn others(&self) -> f64 {
         self.cpu.other
@@ -1262,23 +1152,6 @@ async fn run_all() -> Result<()> {
     let started = Instant::now();
     let mut rows: Vec<Row> = Vec::new();
 
-    if phase("admission") {
-        for &backend in &backends {
-            let goal = if backend == Backend::Sqlite { 2_000.0 } else { 1_000.0 };
-            for with_workers in [false, true] {
-                let a = measured(2, || admissions(backend, with_workers)).await?;
-                rows.push(row(
-                    &format!("CreateRun admissions/s, c=64, {}", a.variant),
-                    backend,
-                    format!("{:.0}/s", a.rate),
-                    &format!("≥ {goal:.0}/s"),
-                    Some(a.rate / goal),
-                    Some(a.rate >= goal),
-                    Some(a.others()),
-                ));
-            }
-        }
-    }
     if phase("latency") {
         for &backend in &backends {
             for agents in [Agents::Script, Agents::Probe] {
