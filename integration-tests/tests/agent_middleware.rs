@@ -391,3 +391,29 @@ async fn uploaded_files_are_announced_to_the_model() -> anyhow::Result<()> {
     assert!(!seen.contains("Path: /mnt/user-data/uploads/ghost.txt"), "{seen}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_budget_warns_then_caps_the_run() -> anyhow::Result<()> {
+    // Every turn of the double costs 120 tokens: the budget of 300 warns after the second (240 ≥
+    // 0.7 × 300) and caps after the third (360).
+    let ls = |id: &str| Turn::tools("Looking.", vec![call(id, "ls", json!({"description": "look", "path": "/mnt/user-data/workspace"}))]);
+    let double = LlmDouble::start(vec![ls("a"), ls("b"), ls("c")], AfterLast::Refuse).await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let up = start_agent_up(&db, &double.models_yaml(), "", None)?;
+    let (mut runs, _) = clients(&up).await?;
+    let mut request = prompt_request("", "Keep looking");
+    request.config = Some(antler_proto::runs::RunConfig { token_budget: 300, ..Default::default() });
+    let run = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
+    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    assert_eq!(run.status(), RunStatus::Success, "{:?}\n{}", run.error, up.stderr());
+    assert_eq!(run.stop_reason, "token_capped");
+    let requests = double.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(!requests[1]["messages"].to_string().contains("[TOKEN BUDGET]"));
+    assert!(requests[2]["messages"].to_string().contains("[TOKEN BUDGET] This run has used 240 of its 300 tokens"), "{}", requests[2]);
+    let events = run_events(&mut runs, ALICE, &run.run_id).await?;
+    let finished = events.iter().filter(|e| matches!(e.kind, Some(Kind::ToolFinished(_)))).count();
+    assert_eq!(finished, 2, "the capped turn's call is not run");
+    assert!(last_assistant_text(&events).contains("[TOKEN BUDGET REACHED]"));
+    Ok(())
+}

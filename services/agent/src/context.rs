@@ -20,6 +20,8 @@ pub struct AgentContext {
     clients: antler_kit::Clients,
     /// Events, usage and a title held back to be written with the next write (see [`Self::stage`]).
     staged: Arc<Mutex<Batch>>,
+    /// Tokens of the model calls staged by this attempt (shared by clones, like `staged`).
+    spent: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for AgentContext {
@@ -32,7 +34,7 @@ impl AgentContext {
     /// The context of one attempt: `cancel` fires when the agent must stop (cancel, fencing,
     /// shutdown, timeout).
     pub fn new(spec: RunSpec, host: Arc<dyn Host>, cancel: CancellationToken, clients: antler_kit::Clients) -> Self {
-        Self { spec, host, cancel, clients, staged: Arc::default() }
+        Self { spec, host, cancel, clients, staged: Arc::default(), spent: Arc::default() }
     }
 
     /// Channels to the other services (sandbox, models, …).
@@ -77,7 +79,14 @@ impl AgentContext {
     /// Holds one model call's usage back to be added to the run's totals with the next write.
     /// `caller` is `lead_agent`, `subagent:<name>` or `middleware:<name>`.
     pub fn stage_usage(&self, caller: &str, model: &str, usage: &Usage) {
+        let total = if usage.total_tokens > 0 { usage.total_tokens } else { usage.input_tokens + usage.output_tokens };
+        self.spent.fetch_add(total, std::sync::atomic::Ordering::Relaxed);
         self.staged().usage.push((caller.to_owned(), model.to_owned(), *usage));
+    }
+
+    /// Tokens the run has spent so far: earlier attempts plus every model call of this one.
+    pub fn tokens_spent(&self) -> u64 {
+        self.spec.tokens_before + self.spent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Sets the title of the run's thread (at most 256 characters are kept, the API's limit), written

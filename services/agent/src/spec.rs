@@ -21,6 +21,8 @@ pub struct RunSpec {
     pub resume_from: Option<Checkpoint>,
     /// True when this attempt continues a run another worker started.
     pub resumed: bool,
+    /// Tokens earlier attempts of the run spent (their usage is in the run's totals).
+    pub tokens_before: u64,
 }
 
 impl RunSpec {
@@ -35,6 +37,7 @@ impl RunSpec {
             secrets: Arc::new(RunSecrets::none()),
             resume_from: None,
             resumed: false,
+            tokens_before: 0,
         }
     }
 }

@@ -204,6 +204,9 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
                     secrets,
                     resume_from,
                     resumed,
+                    tokens_before: <antler_proto::runs::RunUsage as prost::Message>::decode(run.usage.as_slice())
+                        .map(|u| u.total_tokens)
+                        .unwrap_or(0),
                 };
                 match engine.agents.build(&spec) {
                     Ok(agent) => {

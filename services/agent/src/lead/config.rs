@@ -13,6 +13,97 @@ pub struct LeadConfig {
     pub guardrails: GuardrailsConfig,
     pub middlewares: MiddlewaresConfig,
     pub mcp: McpToolsConfig,
+    pub summarization: SummarizationConfig,
+    pub token_budget: TokenBudgetConfig,
+}
+
+/// Token budgets of runs (RunConfig.token_budget).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TokenBudgetConfig {
+    /// Budget of a run that asks for none; 0 = no budget.
+    pub default_tokens: u64,
+    /// Largest budget a run may ask for (larger ones are clamped); 0 = no limit.
+    pub max_tokens: u64,
+    /// Share of the budget at which the model is told to wrap up, in (0, 1].
+    pub warn_fraction: f64,
+}
+
+impl Default for TokenBudgetConfig {
+    fn default() -> Self {
+        Self { default_tokens: 0, max_tokens: 0, warn_fraction: 0.7 }
+    }
+}
+
+impl TokenBudgetConfig {
+    /// The budget of a run that asked for `requested` (0: none asked); 0 = no budget.
+    pub fn effective(&self, requested: u64) -> u64 {
+        let budget = if requested == 0 { self.default_tokens } else { requested };
+        if self.max_tokens > 0 && (budget == 0 || budget > self.max_tokens) { self.max_tokens } else { budget }
+    }
+}
+
+/// Summarization middleware (DeerFlow's `summarization:` section): before a model call whose input
+/// meets any trigger, the older messages are replaced by a summary kept in the state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SummarizationConfig {
+    pub enabled: bool,
+    /// Model that writes the summary (caller `middleware:summarization`); empty: the run's model.
+    pub model_name: String,
+    /// Any one met starts a summary (a single size or a list, as DeerFlow accepts).
+    #[serde(deserialize_with = "one_or_many")]
+    pub trigger: Vec<ContextSize>,
+    /// How much of the conversation stays as it is (the newest messages).
+    pub keep: ContextSize,
+    /// Most tokens of older messages given to the summarizer (the newest of them).
+    pub trim_tokens_to_summarize: u64,
+    /// Replaces the built-in prompt; `{messages}` is filled in with the messages to summarize.
+    pub summary_prompt: String,
+}
+
+impl Default for SummarizationConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            model_name: String::new(),
+            trigger: vec![ContextSize { kind: SizeKind::Tokens, value: 32_000.0 }],
+            keep: ContextSize { kind: SizeKind::Messages, value: 20.0 },
+            trim_tokens_to_summarize: 4_000,
+            summary_prompt: String::new(),
+        }
+    }
+}
+
+/// A size of the model's input: in tokens (approximate, as DeerFlow counts them), messages, or a
+/// fraction of the model's context window.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextSize {
+    #[serde(rename = "type")]
+    pub kind: SizeKind,
+    pub value: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SizeKind {
+    Tokens,
+    Messages,
+    Fraction,
+}
+
+fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<ContextSize>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(ContextSize),
+        Many(Vec<ContextSize>),
+    }
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(size) => vec![size],
+        OneOrMany::Many(sizes) => sizes,
+    })
 }
 
 /// MCP tools in the lead agent.
@@ -39,15 +130,17 @@ pub struct MiddlewaresConfig {
 }
 
 /// Built-in layers that `middlewares.disabled` may name.
-pub const SWITCHABLE: [&str; 10] = [
+pub const SWITCHABLE: [&str; 12] = [
     "ThreadData",
     "Uploads",
     "Sandbox",
     "DanglingToolCall",
     "Guardrail",
     "ToolErrorHandling",
+    "Summarization",
     "Todo",
     "Title",
+    "TokenBudget",
     "LoopDetection",
     "Clarification",
 ];
@@ -145,6 +238,26 @@ impl Default for LoopDetectionConfig {
     }
 }
 
+impl ContextSize {
+    /// Fractions in (0, 1]; message counts at least `min_messages`; token counts at least 1.
+    fn validate(&self, path: &str, min_messages: f64) -> Result<(), antler_kit::config::ConfigError> {
+        let ok = match self.kind {
+            SizeKind::Fraction => self.value > 0.0 && self.value <= 1.0,
+            SizeKind::Messages => self.value >= min_messages && self.value <= 100_000.0 && self.value.fract() == 0.0,
+            SizeKind::Tokens => self.value >= 1.0 && self.value <= 100_000_000.0 && self.value.fract() == 0.0,
+        };
+        if ok {
+            return Ok(());
+        }
+        let range = match self.kind {
+            SizeKind::Fraction => "a fraction in (0, 1]".to_owned(),
+            SizeKind::Messages => format!("a whole number of messages from {min_messages} to 100000"),
+            SizeKind::Tokens => "a whole number of tokens from 1 to 100000000".to_owned(),
+        };
+        Err(antler_kit::config::ConfigError::Invalid { path: format!("{path}.value"), message: format!("{} is not {range}", self.value) })
+    }
+}
+
 impl LeadConfig {
     /// Checks ranges; the error names the setting.
     pub fn validate(&self) -> Result<(), antler_kit::config::ConfigError> {
@@ -157,6 +270,25 @@ impl LeadConfig {
             });
         }
         check_range("runs.lead.guardrails.webhook.timeout_ms", webhook.timeout_ms, 10, 60_000)?;
+        let summarization = &self.summarization;
+        if summarization.enabled && summarization.trigger.is_empty() {
+            return Err(antler_kit::config::ConfigError::Invalid {
+                path: "runs.lead.summarization.trigger".to_owned(),
+                message: "at least one trigger is needed when summarization is enabled".to_owned(),
+            });
+        }
+        for (index, size) in summarization.trigger.iter().enumerate() {
+            size.validate(&format!("runs.lead.summarization.trigger[{index}]"), 2.0)?;
+        }
+        summarization.keep.validate("runs.lead.summarization.keep", 1.0)?;
+        let fraction = self.token_budget.warn_fraction;
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(antler_kit::config::ConfigError::Invalid {
+                path: "runs.lead.token_budget.warn_fraction".to_owned(),
+                message: format!("{fraction} is not a fraction in (0, 1]"),
+            });
+        }
+        check_range("runs.lead.summarization.trim_tokens_to_summarize", summarization.trim_tokens_to_summarize, 100, 1_000_000)?;
         for name in &self.middlewares.disabled {
             if name == "Clarification" || !SWITCHABLE.contains(&name.as_str()) {
                 return Err(antler_kit::config::ConfigError::Invalid {
@@ -177,5 +309,33 @@ impl LeadConfig {
         check_range("runs.lead.loop_detection.tool_freq_warn", l.tool_freq_warn.into(), 1, 100_000)?;
         check_range("runs.lead.loop_detection.tool_freq_hard_limit", l.tool_freq_hard_limit.into(), l.tool_freq_warn.into(), 100_000)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_falls_back_to_the_default_and_is_clamped_to_the_maximum() {
+        let none = TokenBudgetConfig::default();
+        assert_eq!((none.effective(0), none.effective(500)), (0, 500));
+        let capped = TokenBudgetConfig { default_tokens: 1_000, max_tokens: 5_000, warn_fraction: 0.7 };
+        assert_eq!((capped.effective(0), capped.effective(2_000), capped.effective(9_000)), (1_000, 2_000, 5_000));
+        let max_only = TokenBudgetConfig { default_tokens: 0, max_tokens: 5_000, warn_fraction: 0.7 };
+        assert_eq!(max_only.effective(0), 5_000, "a maximum bounds runs that ask for nothing too");
+    }
+
+    #[test]
+    fn summarization_sizes_read_as_deerflow_writes_them() {
+        let one: SummarizationConfig = serde_yaml_ng::from_str("enabled: true\ntrigger: {type: messages, value: 8}\n").unwrap_or_default();
+        assert_eq!(one.trigger, vec![ContextSize { kind: SizeKind::Messages, value: 8.0 }]);
+        let many: SummarizationConfig =
+            serde_yaml_ng::from_str("trigger: [{type: tokens, value: 1000}, {type: fraction, value: 0.5}]\n").unwrap_or_default();
+        assert_eq!(many.trigger.len(), 2);
+        let mut config = LeadConfig::default();
+        config.summarization.enabled = true;
+        config.summarization.trigger = vec![ContextSize { kind: SizeKind::Fraction, value: 1.5 }];
+        assert!(config.validate().is_err_and(|e| e.to_string().contains("trigger[0].value")));
     }
 }

@@ -62,7 +62,8 @@ impl LeadFactory {
     pub fn pipeline(&self, spec: &RunSpec) -> Result<Pipeline, pipeline::PipelineError> {
         let clarification_disabled = spec.request.config.as_ref().is_some_and(|c| c.clarification_disabled);
         let plan_mode = spec.request.config.as_ref().is_some_and(|c| c.plan_mode);
-        let mut base = middleware::defaults(&self.config, plan_mode, clarification_disabled);
+        let budget = self.config.token_budget.effective(spec.request.config.as_ref().map_or(0, |c| c.token_budget));
+        let mut base = middleware::defaults(&self.config, plan_mode, clarification_disabled, budget);
         let mut extras = Vec::new();
         for custom in &self.custom {
             let layer = (custom.build)(spec);
@@ -164,6 +165,7 @@ mod tests {
             secrets: Arc::new(crate::RunSecrets::none()),
             resume_from: None,
             resumed: false,
+            tokens_before: 0,
         }
     }
 

@@ -218,7 +218,13 @@ fn build_request(agent: &LeadAgent, env: &RunEnv, state: &ThreadState) -> ChatRe
     let spec = &env.ctx.spec;
     let config = spec.request.config.clone().unwrap_or_default();
     let mut messages = Vec::with_capacity(state.messages.len() + 1);
-    messages.push(text_message(Role::System, agent.system_prompt.clone()));
+    if state.summary_text.is_empty() {
+        messages.push(text_message(Role::System, agent.system_prompt.clone()));
+    } else {
+        // After the prompt, so the prompt's cached prefix survives a new summary.
+        let system = format!("{}\n\n<conversation_summary>\n{}\n</conversation_summary>", agent.system_prompt, state.summary_text);
+        messages.push(text_message(Role::System, system));
+    }
     messages.extend(state.messages.iter().cloned());
     ChatRequest {
         model_name: config.model_name.clone(),

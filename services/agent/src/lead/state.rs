@@ -30,6 +30,8 @@ pub struct ThreadState {
     pub outputs_before: Option<BTreeMap<String, String>>,
     /// Deferred tools promoted by `tool_search` during this thread's runs.
     pub promoted: super::env::Promoted,
+    /// What the Summarization layer condensed of the older messages (empty: nothing yet).
+    pub summary_text: String,
 }
 
 /// One item of the plan.
@@ -95,6 +97,7 @@ impl ThreadState {
             .and_then(|v| serde_json::from_value::<super::env::Promoted>(v).ok())
             .unwrap_or_default();
         Self {
+            summary_text: text("summary_text"),
             promoted,
             outputs_before,
             todos,
@@ -120,6 +123,9 @@ impl ThreadState {
         );
         values.fields.insert("lead_step".to_owned(), Value { kind: Some(Kind::NumberValue(self.step as f64)) });
         values.fields.insert("stop_reason".to_owned(), string(&self.stop_reason));
+        if !self.summary_text.is_empty() {
+            values.fields.insert("summary_text".to_owned(), string(&self.summary_text));
+        }
         if let Some(files) = &self.outputs_before {
             let fields = files.iter().map(|(path, sha)| (path.clone(), string(sha))).collect();
             values.fields.insert("outputs_before".to_owned(), Value { kind: Some(Kind::StructValue(Struct { fields })) });

@@ -1,15 +1,18 @@
 //! The built-in middlewares, one file each, in DeerFlow's order (DESIGN §5):
 //! ThreadData → Uploads → Sandbox → DanglingToolCall → Guardrail (when enabled) → ToolErrorHandling →
-//! Todo (plan mode) → Title → LoopDetection → Clarification (always last).
+//! Summarization (when enabled) → Todo (plan mode) → Title → TokenBudget (with a budget) → LoopDetection →
+//! Clarification (always last).
 
 pub mod clarification;
 pub mod dangling_tool_call;
 pub mod guardrail;
 pub mod loop_detection;
 pub mod sandbox;
+pub mod summarization;
 pub mod thread_data;
 pub mod title;
 pub mod todo;
+pub mod token_budget;
 pub mod tool_error_handling;
 pub mod uploads;
 
@@ -19,7 +22,8 @@ use super::config::LeadConfig;
 use super::pipeline::Middleware;
 
 /// The built-in layers a run gets under `config` (each built fresh: some keep per-run state).
-pub fn defaults(config: &LeadConfig, plan_mode: bool, clarification_disabled: bool) -> Vec<Arc<dyn Middleware>> {
+/// `token_budget` is the run's effective budget (0: none).
+pub fn defaults(config: &LeadConfig, plan_mode: bool, clarification_disabled: bool, token_budget: u64) -> Vec<Arc<dyn Middleware>> {
     let mut layers: Vec<Arc<dyn Middleware>> = vec![
         Arc::new(thread_data::ThreadData),
         Arc::new(uploads::Uploads),
@@ -43,11 +47,17 @@ pub fn defaults(config: &LeadConfig, plan_mode: bool, clarification_disabled: bo
         layers.push(Arc::new(guardrail::Guardrail { provider, fail_closed: config.guardrails.fail_closed }));
     }
     layers.push(Arc::new(tool_error_handling::ToolErrorHandling));
+    if config.summarization.enabled {
+        layers.push(Arc::new(summarization::Summarization::new(config.summarization.clone())));
+    }
     if plan_mode {
         layers.push(Arc::new(todo::TodoMiddleware::default()));
     }
     if config.title.enabled {
         layers.push(Arc::new(title::Title::new(config.title.clone())));
+    }
+    if token_budget > 0 {
+        layers.push(Arc::new(token_budget::TokenBudget::new(token_budget, config.token_budget.warn_fraction)));
     }
     if config.loop_detection.enabled {
         layers.push(Arc::new(loop_detection::LoopDetection::new(config.loop_detection.clone())));
