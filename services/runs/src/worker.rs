@@ -142,6 +142,7 @@ fn launch(engine: Arc<Engine>, run: runs::Model, permit: OwnedSemaphorePermit, r
 async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
     let local = LocalRun::new();
     engine.local.lock().unwrap_or_else(|p| p.into_inner()).insert(run.run_id.clone(), local.clone());
+    metrics::gauge!("antler_runs_active").increment(1.0);
     let keep_alive = tokio::spawn(lease::keep_alive(engine.clone(), run.run_id.clone(), local.clone()));
 
     // A stored request that does not decode fails the run: running an empty request in its place
@@ -267,6 +268,7 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
     local.token.cancel();
     keep_alive.abort();
     engine.local.lock().unwrap_or_else(|p| p.into_inner()).remove(&run.run_id);
+    metrics::gauge!("antler_runs_active").decrement(1.0);
     engine.secrets.forget(&run.run_id);
 }
 
