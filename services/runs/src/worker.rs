@@ -128,7 +128,7 @@ async fn forget_ended_secrets(engine: &Engine) -> Result<(), crate::error::RunsE
 }
 
 fn launch(engine: Arc<Engine>, run: runs::Model, permit: OwnedSemaphorePermit, resumed: bool) {
-    let span = tracing::info_span!("run", run_id = %run.run_id, attempt = run.attempt);
+    let span = tracing::info_span!(parent: None, "run", run_id = %run.run_id, attempt = run.attempt);
     tokio::spawn(
         async move {
             execute(&engine, run, resumed).await;
@@ -219,7 +219,7 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
                         let host = std::sync::Arc::new(RunHost::new(engine.clone(), ids, local.clone()));
                         let ctx = AgentContext::new(spec, host, local.token.clone(), engine.clients.clone());
                         // A panicking agent must not take the worker down with it.
-                        match tokio::spawn(agent.run(ctx)).await {
+                        match tokio::spawn(agent.run(ctx).instrument(tracing::Span::current())).await {
                             Ok(outcome) => outcome,
                             Err(join) => Outcome::Failed(RunError {
                                 code: "agent_panicked".to_owned(),

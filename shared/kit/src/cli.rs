@@ -96,6 +96,8 @@ pub enum RunError {
     Service { service: &'static str, message: String },
     #[error(transparent)]
     Metrics(#[from] crate::prometheus::MetricsError),
+    #[error(transparent)]
+    Export(#[from] crate::otel::ExportError),
 }
 
 /// Validates the whole configuration, including each service's own section.
@@ -108,7 +110,10 @@ pub fn validate(config: &Config, services: &[Registration]) -> Result<(), Config
 /// which is printed on stdout as `<program> listening on <addr>` once the port accepts connections.
 pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> Result<(), RunError> {
     let config = args.load()?;
-    crate::telemetry::init(&config.server.log);
+    let telemetry = crate::telemetry::init_with_export(&config.server.log, &config.server.tracing, program)?;
+    if telemetry.exporting() {
+        tracing::info!(endpoint = %config.server.tracing.otlp_endpoint, protocol = ?config.server.tracing.otlp_protocol, "exporting spans over OTLP");
+    }
     validate(&config, services)?;
     std::fs::create_dir_all(&config.server.data_dir)
         .map_err(|source| RunError::DataDir { path: config.server.data_dir.clone(), source })?;
@@ -139,7 +144,9 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
     if let Some(endpoint) = &metrics {
         println!("  metrics:  http://{}/metrics", endpoint.local_addr);
     }
-    server::serve(listener, set, &config.server, auth, shutdown).await?;
+    let served = server::serve(listener, set, &config.server, auth, shutdown).await;
+    telemetry.shutdown().await;
+    served?;
     Ok(())
 }
 

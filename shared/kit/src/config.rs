@@ -222,6 +222,12 @@ impl TracingConfig {
                 message: format!("`{endpoint}` must start with http:// or https:// (empty turns export off)"),
             });
         }
+        if self.otlp_protocol == OtlpProtocol::Grpc && endpoint.starts_with("https://") {
+            return Err(ConfigError::Invalid {
+                path: "server.tracing.otlp_endpoint".to_owned(),
+                message: format!("`{endpoint}`: OTLP over gRPC is plaintext here\nhint: use otlp_protocol: http for an https:// collector"),
+            });
+        }
         if !(0.0..=1.0).contains(&self.sample_ratio) {
             return Err(ConfigError::OutOfRange {
                 path: "server.tracing.sample_ratio".to_owned(),

@@ -11,6 +11,7 @@ pub mod input_keys;
 pub mod json;
 pub mod limit;
 pub mod message_size;
+pub mod otel;
 pub mod prometheus;
 pub mod redact;
 pub mod server;
