@@ -446,7 +446,7 @@ impl Gateway {
         telemetry::request(name, bucket, outcome, latency);
         telemetry::tokens(name, bucket, &usage, estimated);
         if let Some(ttft) = first_token {
-            telemetry::first_token(name, ttft);
+            telemetry::first_token(name, bucket, ttft);
         }
         let overhead = latency.saturating_sub(clock.upstream + clock.backoff + clock.client);
         telemetry::overhead(name, overhead);

@@ -10,7 +10,7 @@ use antler_proto::common::Usage;
 pub const REQUESTS: &str = "antler_model_requests_total";
 /// RPC latency in seconds (receipt to last byte), by model and caller bucket.
 pub const LATENCY: &str = "antler_model_request_duration_seconds";
-/// Time to first content delta in seconds, by model.
+/// Time to first content delta in seconds, by model and caller bucket.
 pub const TTFT: &str = "antler_model_time_to_first_token_seconds";
 /// Gaps between upstream stream events in seconds, by model.
 pub const CHUNK_GAP: &str = "antler_model_inter_chunk_seconds";
@@ -32,8 +32,8 @@ pub fn request(model: &str, caller: &'static str, outcome: &'static str, latency
     metrics::histogram!(LATENCY, "model" => model.to_owned(), "caller" => caller).record(latency.as_secs_f64());
 }
 
-pub fn first_token(model: &str, ttft: Duration) {
-    metrics::histogram!(TTFT, "model" => model.to_owned()).record(ttft.as_secs_f64());
+pub fn first_token(model: &str, caller: &'static str, ttft: Duration) {
+    metrics::histogram!(TTFT, "model" => model.to_owned(), "caller" => caller).record(ttft.as_secs_f64());
 }
 
 /// The inter-chunk histogram of `model`, taken once per attempt rather than per event: building the labelled

@@ -289,6 +289,7 @@ fn wanted(kinds: &[i32], event: &RunEvent) -> bool {
 /// Returns whether END was delivered.
 pub async fn follow(store: Store, hub: Arc<EventHub>, sub: Subscription, out: mpsc::Sender<Result<RunEvent, tonic::Status>>) -> bool {
     let mut live = hub.subscribe(&sub.run_id);
+    metrics::gauge!("antler_runs_stream_subscribers").increment(1.0);
     let mut cursor = Cursor { last: sub.after_seq, last_sent: Instant::now() };
     let outcome = async {
         if cursor.catch_up(&store, &sub, &out).await? || cursor.past_the_end(&store, &sub).await?.is_none() {
@@ -335,6 +336,7 @@ pub async fn follow(store: Store, hub: Arc<EventHub>, sub: Subscription, out: mp
     .await;
     drop(live);
     hub.release(&sub.run_id);
+    metrics::gauge!("antler_runs_stream_subscribers").decrement(1.0);
     match outcome {
         Ok(ended) => ended,
         Err(Stop::Failed(status)) => {

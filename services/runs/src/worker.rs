@@ -128,7 +128,7 @@ async fn forget_ended_secrets(engine: &Engine) -> Result<(), crate::error::RunsE
 }
 
 fn launch(engine: Arc<Engine>, run: runs::Model, permit: OwnedSemaphorePermit, resumed: bool) {
-    let span = tracing::info_span!("run", run_id = %run.run_id, attempt = run.attempt);
+    let span = tracing::info_span!(parent: None, "run", run_id = %run.run_id, attempt = run.attempt);
     tokio::spawn(
         async move {
             execute(&engine, run, resumed).await;
@@ -142,6 +142,7 @@ fn launch(engine: Arc<Engine>, run: runs::Model, permit: OwnedSemaphorePermit, r
 async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
     let local = LocalRun::new();
     engine.local.lock().unwrap_or_else(|p| p.into_inner()).insert(run.run_id.clone(), local.clone());
+    metrics::gauge!("antler_runs_active").increment(1.0);
     let keep_alive = tokio::spawn(lease::keep_alive(engine.clone(), run.run_id.clone(), local.clone()));
 
     // A stored request that does not decode fails the run: running an empty request in its place
@@ -221,7 +222,7 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
                         let host = std::sync::Arc::new(RunHost::new(engine.clone(), ids, local.clone()));
                         let ctx = AgentContext::new(spec, host, local.token.clone(), engine.clients.clone());
                         // A panicking agent must not take the worker down with it.
-                        match tokio::spawn(agent.run(ctx)).await {
+                        match tokio::spawn(agent.run(ctx).instrument(tracing::Span::current())).await {
                             Ok(outcome) => outcome,
                             Err(join) => Outcome::Failed(RunError {
                                 code: "agent_panicked".to_owned(),
@@ -270,6 +271,7 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
     local.token.cancel();
     keep_alive.abort();
     engine.local.lock().unwrap_or_else(|p| p.into_inner()).remove(&run.run_id);
+    metrics::gauge!("antler_runs_active").decrement(1.0);
     engine.secrets.forget(&run.run_id);
 }
 

@@ -36,6 +36,19 @@ pub enum KillReason {
     Cancelled,
 }
 
+impl KillReason {
+    /// The `reason` label of `antler_sandbox_exec_kills_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Release => "release",
+            Self::Reset => "reset",
+            Self::Shutdown => "shutdown",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// Timestamps and status, copied out under the lock.
 #[derive(Debug, Clone)]
 pub struct State {

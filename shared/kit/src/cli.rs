@@ -94,6 +94,10 @@ pub enum RunError {
     DataDir { path: PathBuf, source: std::io::Error },
     #[error("the {service} service failed to start: {message}")]
     Service { service: &'static str, message: String },
+    #[error(transparent)]
+    Metrics(#[from] crate::prometheus::MetricsError),
+    #[error(transparent)]
+    Export(#[from] crate::otel::ExportError),
 }
 
 /// Validates the whole configuration, including each service's own section.
@@ -106,7 +110,10 @@ pub fn validate(config: &Config, services: &[Registration]) -> Result<(), Config
 /// which is printed on stdout as `<program> listening on <addr>` once the port accepts connections.
 pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> Result<(), RunError> {
     let config = args.load()?;
-    crate::telemetry::init(&config.server.log);
+    let telemetry = crate::telemetry::init_with_export(&config.server.log, &config.server.tracing, program)?;
+    if telemetry.exporting() {
+        tracing::info!(endpoint = %config.server.tracing.otlp_endpoint, protocol = ?config.server.tracing.otlp_protocol, "exporting spans over OTLP");
+    }
     validate(&config, services)?;
     std::fs::create_dir_all(&config.server.data_dir)
         .map_err(|source| RunError::DataDir { path: config.server.data_dir.clone(), source })?;
@@ -116,6 +123,8 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
     let local_addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: config.server.listen, source })?;
     let clients = Clients::from_config(&config.clients, local_addr)?;
     let shutdown = crate::shutdown::on_signal();
+    // Before the services are mounted, so what they record while starting is kept.
+    let metrics = crate::prometheus::start(&config.server.metrics, shutdown.clone()).await?;
 
     let config = Arc::new(config);
     let owned: Vec<Registration> = services.to_vec();
@@ -132,7 +141,12 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
     println!("{program} listening on {local_addr}");
     println!("  services: {}", set.names().join(", "));
     println!("  try:      grpcurl -plaintext {local_addr} list");
-    server::serve(listener, set, &config.server, auth, shutdown).await?;
+    if let Some(endpoint) = &metrics {
+        println!("  metrics:  http://{}/metrics", endpoint.local_addr);
+    }
+    let served = server::serve(listener, set, &config.server, auth, shutdown).await;
+    telemetry.shutdown().await;
+    served?;
     Ok(())
 }
 
@@ -190,8 +204,14 @@ async fn apply_reloads(mut updates: watch::Receiver<Arc<Config>>, auth: Authenti
             || old.max_message_bytes != new.max_message_bytes
             || old.concurrency_limit != new.concurrency_limit
             || old.internal_concurrency_limit != new.internal_concurrency_limit
+            || old.metrics.listen != new.metrics.listen
+            || old.metrics.buckets != new.metrics.buckets
+            || old.metrics.buckets_by_metric != new.metrics.buckets_by_metric
+            || old.tracing.otlp_endpoint != new.tracing.otlp_endpoint
         {
-            tracing::warn!("server.listen, data_dir, max_message_bytes and the concurrency limits take effect after a restart");
+            tracing::warn!(
+                "server.listen, data_dir, max_message_bytes, the concurrency limits, server.metrics and server.tracing take effect after a restart"
+            );
         }
         previous = current;
     }

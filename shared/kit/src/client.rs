@@ -33,12 +33,13 @@ impl CallContext {
     }
 
     /// A context for work a service does on its own for `user_id` (for example a background worker).
-    /// Outbound calls present the client's `service_token` and name the user in `x-antler-user`.
+    /// Outbound calls present the client's `service_token` and name the user in `x-antler-user`, and
+    /// continue the current span's exported trace (a run's), if any.
     pub fn background(user_id: impl Into<String>) -> Self {
         let user_id = user_id.into();
         Self {
             identity: Identity { user_id, principal: Principal::Service { service: String::new() }, credential: None },
-            trace: TraceContext::new_root(),
+            trace: TraceContext::current(),
         }
     }
 }

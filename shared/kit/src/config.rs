@@ -71,6 +71,10 @@ pub struct ServerConfig {
     pub auth: AuthConfig,
     /// Log output.
     pub log: LogConfig,
+    /// The Prometheus endpoint.
+    pub metrics: MetricsConfig,
+    /// Export of the `tracing` spans (OTLP).
+    pub tracing: TracingConfig,
 }
 
 impl Default for ServerConfig {
@@ -87,6 +91,8 @@ impl Default for ServerConfig {
             reload_interval_ms: 2000,
             auth: AuthConfig::default(),
             log: LogConfig::default(),
+            metrics: MetricsConfig::default(),
+            tracing: TracingConfig::default(),
         }
     }
 }
@@ -106,6 +112,142 @@ impl Default for LogConfig {
     fn default() -> Self {
         Self { format: LogFormat::Text, filter: "info,sqlx=warn".to_owned() }
     }
+}
+
+/// The Prometheus endpoint: `GET /metrics` in the text exposition format, served on its own port so
+/// it needs no gRPC client and no token (bind it where only the scraper can reach it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `host:port` of the endpoint; empty (the default): no endpoint and nothing recorded. Port 0 picks
+    /// a free port, printed at start-up as `metrics on http://…/metrics`.
+    pub listen: String,
+    /// Upper bounds of every histogram's buckets, in the metric's unit (seconds for `*_seconds`),
+    /// strictly increasing, at most [`MAX_BUCKETS`].
+    pub buckets: Vec<f64>,
+    /// Buckets of particular histograms by full metric name, replacing `buckets` for that metric
+    /// (built in: `antler_admission_batch_size`, whose unit is runs).
+    pub buckets_by_metric: std::collections::BTreeMap<String, Vec<f64>>,
+}
+
+/// Most bucket bounds one histogram may have: each bound is one series per label set.
+pub const MAX_BUCKETS: usize = 64;
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            listen: String::new(),
+            buckets: vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0],
+            buckets_by_metric: Default::default(),
+        }
+    }
+}
+
+impl MetricsConfig {
+    /// The endpoint's address, or None when metrics are off.
+    pub fn listen_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        if self.listen.trim().is_empty() {
+            return Ok(None);
+        }
+        self.listen.trim().parse().map(Some).map_err(|_| ConfigError::Invalid {
+            path: "server.metrics.listen".to_owned(),
+            message: format!("`{}` is not a host:port address such as 127.0.0.1:9464 (empty turns metrics off)", self.listen),
+        })
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.listen_addr()?;
+        check_buckets("server.metrics.buckets", &self.buckets)?;
+        self.buckets_by_metric.iter().try_for_each(|(name, b)| check_buckets(&format!("server.metrics.buckets_by_metric.{name}"), b))
+    }
+}
+
+fn check_buckets(path: &str, buckets: &[f64]) -> Result<(), ConfigError> {
+    let invalid = |message: String| Err(ConfigError::Invalid { path: path.to_owned(), message });
+    if buckets.is_empty() || buckets.len() > MAX_BUCKETS {
+        return invalid(format!("{} bucket bounds given; between 1 and {MAX_BUCKETS} are allowed", buckets.len()));
+    }
+    if buckets.iter().any(|b| !b.is_finite()) || buckets.windows(2).any(|w| w[0] >= w[1]) {
+        return invalid(format!("{buckets:?}: bounds must be finite and strictly increasing"));
+    }
+    Ok(())
+}
+
+/// OTLP export of the `tracing` spans: each RPC's `rpc` span and each run's `run` span (with their
+/// children), in the trace the W3C `traceparent` metadata carries between the services.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TracingConfig {
+    /// Collector endpoint; empty (the default): no export. `grpc`: `http://collector:4317`; `http`:
+    /// `http://collector:4318/v1/traces`.
+    pub otlp_endpoint: String,
+    /// `grpc` (OTLP over gRPC) or `http` (OTLP protobuf over HTTP).
+    pub otlp_protocol: OtlpProtocol,
+    /// The `service.name` resource attribute; empty: the binary's name (`antler`, `antler-runs`, …).
+    pub service_name: String,
+    /// Which spans are exported, as a `tracing` filter (independent of `server.log.filter`).
+    pub filter: String,
+    /// Fraction of new traces exported, 0.0..=1.0. A request that arrives with a `traceparent`
+    /// follows its caller's sampling decision.
+    pub sample_ratio: f64,
+    /// Longest wait between two exports of finished spans, in milliseconds.
+    pub batch_delay_ms: u64,
+    /// Finished spans held for export; beyond it new spans are dropped (and a warning logged).
+    pub max_queue_size: usize,
+    /// Deadline of one export call, in milliseconds.
+    pub export_timeout_ms: u64,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: String::new(),
+            otlp_protocol: OtlpProtocol::Grpc,
+            service_name: String::new(),
+            filter: "info,sqlx=warn".to_owned(),
+            sample_ratio: 1.0,
+            batch_delay_ms: 5_000,
+            max_queue_size: 2_048,
+            export_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl TracingConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let endpoint = self.otlp_endpoint.trim();
+        if !endpoint.is_empty() && !["http://", "https://"].iter().any(|s| endpoint.starts_with(s)) {
+            return Err(ConfigError::Invalid {
+                path: "server.tracing.otlp_endpoint".to_owned(),
+                message: format!("`{endpoint}` must start with http:// or https:// (empty turns export off)"),
+            });
+        }
+        if self.otlp_protocol == OtlpProtocol::Grpc && endpoint.starts_with("https://") {
+            return Err(ConfigError::Invalid {
+                path: "server.tracing.otlp_endpoint".to_owned(),
+                message: format!("`{endpoint}`: OTLP over gRPC is plaintext here\nhint: use otlp_protocol: http for an https:// collector"),
+            });
+        }
+        if !(0.0..=1.0).contains(&self.sample_ratio) {
+            return Err(ConfigError::OutOfRange {
+                path: "server.tracing.sample_ratio".to_owned(),
+                value: self.sample_ratio.to_string(),
+                limit: "must be between 0.0 and 1.0".to_owned(),
+            });
+        }
+        check_range("server.tracing.batch_delay_ms", self.batch_delay_ms, 1, 600_000)?;
+        check_range("server.tracing.max_queue_size", self.max_queue_size as u64, 1, 1_000_000)?;
+        check_range("server.tracing.export_timeout_ms", self.export_timeout_ms, 1, 600_000)?;
+        Ok(())
+    }
+}
+
+/// The OTLP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OtlpProtocol {
+    Grpc,
+    Http,
 }
 
 /// How log lines are written.
@@ -272,6 +414,8 @@ impl Config {
         check_range("server.shutdown_grace_secs", s.shutdown_grace_secs, 0, 3_600)?;
         check_range("server.reload_interval_ms", s.reload_interval_ms, 0, 3_600_000)?;
         s.auth.validate("server.auth")?;
+        s.metrics.validate()?;
+        s.tracing.validate()?;
         for (name, client) in self.clients.iter() {
             let path = format!("clients.{name}");
             let scheme_ok = ["http://", "https://"].iter().any(|scheme| client.endpoint.starts_with(scheme));
@@ -402,6 +546,29 @@ mod tests {
         let config = parse("runs:\n  workerz: 3\n");
         let text = config.and_then(|c| c.section::<Runs>("runs")).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(text.contains("runs") && text.contains("workerz"), "{text}");
+    }
+
+    #[test]
+    fn metrics_settings_are_checked_with_their_paths() {
+        let error = |text: &str| parse(text).err().map(|e| e.to_string()).unwrap_or_default();
+        let text = error("server:\n  metrics:\n    listen: not-an-address\n");
+        assert!(text.contains("server.metrics.listen") && text.contains("not-an-address"), "{text}");
+        let text = error("server:\n  metrics:\n    buckets: [1, 0.5]\n");
+        assert!(text.contains("server.metrics.buckets") && text.contains("strictly increasing"), "{text}");
+        let text = error("server:\n  metrics:\n    buckets_by_metric:\n      antler_x: []\n");
+        assert!(text.contains("server.metrics.buckets_by_metric.antler_x"), "{text}");
+        let text = error("server:\n  tracing:\n    sample_ratio: 1.5\n");
+        assert!(text.contains("server.tracing.sample_ratio") && text.contains("between 0.0 and 1.0"), "{text}");
+        let text = error("server:\n  tracing:\n    otlp_endpoint: collector:4317\n");
+        assert!(text.contains("server.tracing.otlp_endpoint"), "{text}");
+        assert!(
+            parse("server:\n  metrics:\n    listen: 127.0.0.1:0\n").is_ok_and(|c| c
+                .server
+                .metrics
+                .listen_addr()
+                .is_ok_and(|a| a.is_some()))
+        );
+        assert!(parse("").is_ok_and(|c| c.server.metrics.listen_addr().is_ok_and(|a| a.is_none())), "off by default");
     }
 
     #[test]

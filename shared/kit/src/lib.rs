@@ -1,6 +1,6 @@
 //! What every Antler service shares: server bootstrap ([`server`]), authentication ([`auth`]), trace
 //! context ([`trace_context`]), the concurrency limit ([`limit`]), shutdown ([`shutdown`]), configuration
-//! ([`config`]), client-supplied map keys ([`input_keys`]), outbound clients ([`client`]), status helpers ([`status`]), secret redaction ([`redact`]), logging ([`telemetry`]) and
+//! ([`config`]), client-supplied map keys ([`input_keys`]), outbound clients ([`client`]), the Prometheus endpoint ([`prometheus`]), status helpers ([`status`]), secret redaction ([`redact`]), logging ([`telemetry`]) and
 //! the command line every service binary accepts ([`cli`]).
 
 pub mod auth;
@@ -11,6 +11,8 @@ pub mod input_keys;
 pub mod json;
 pub mod limit;
 pub mod message_size;
+pub mod otel;
+pub mod prometheus;
 pub mod redact;
 pub mod server;
 pub mod shutdown;

@@ -2,7 +2,8 @@
 //!
 //! Each request gets a span carrying the trace id it arrived with (or a new one) and a fresh span id;
 //! the [`TraceContext`] in the request extensions lets outbound calls continue the same trace
-//! (see [`crate::client`]). Exporting spans (OTLP) is a subscriber concern and stays out of here.
+//! (see [`crate::client`]). With OTLP export on (see [`crate::otel`]), the span continues the caller's
+//! trace and the context names the exported span, so the ids in logs and in the collector agree.
 
 use std::fmt;
 use std::task::{Context, Poll};
@@ -29,6 +30,13 @@ impl TraceContext {
     /// A new root context (no caller trace).
     pub fn new_root() -> Self {
         Self { trace_id: nonzero_u128(), span_id: nonzero_u64(), parent_span_id: None, sampled: true }
+    }
+
+    /// The current `tracing` span's place in its exported trace, for work that is not serving a
+    /// request (a run's worker): calls made inside a run's span join the run's trace. A new root when
+    /// spans are not exported or there is no current span.
+    pub fn current() -> Self {
+        crate::otel::of_span(&tracing::Span::current()).unwrap_or_else(Self::new_root)
     }
 
     /// Continues the trace of an incoming `traceparent` value, or starts a new one if it is absent or
@@ -120,16 +128,22 @@ where
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
         let header = request.headers().get(TRACEPARENT).and_then(|v| v.to_str().ok());
-        let context = TraceContext::from_traceparent(header);
+        let incoming = TraceContext::from_traceparent(header);
         let (service, method) = split_path(request.uri().path());
+        // A root in this process: the caller's trace is its parent, not whatever span the
+        // connection's task happens to be in.
         let span = tracing::info_span!(
+            parent: None,
             "rpc",
             rpc.service = service,
             rpc.method = method,
-            trace_id = %format_args!("{:032x}", context.trace_id),
-            span_id = %format_args!("{:016x}", context.span_id),
-            parent_span_id = context.parent_span_id.map(|p| tracing::field::display(format!("{p:016x}"))),
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+            parent_span_id = incoming.parent_span_id.map(|p| tracing::field::display(format!("{p:016x}"))),
         );
+        let context = crate::otel::continue_in(&span, incoming);
+        span.record("trace_id", tracing::field::display(format_args!("{:032x}", context.trace_id)));
+        span.record("span_id", tracing::field::display(format_args!("{:016x}", context.span_id)));
         request.extensions_mut().insert(context);
         let future = {
             let _entered = span.enter();

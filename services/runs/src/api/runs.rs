@@ -37,7 +37,13 @@ pub struct RunApi {
 }
 
 impl RunApi {
-    async fn admit(&self, ctx: &CallContext, mut req: CreateRunRequest) -> Result<(runs::Model, bool), Status> {
+    async fn admit(&self, ctx: &CallContext, req: CreateRunRequest) -> Result<(runs::Model, bool), Status> {
+        let result = self.admit_request(ctx, req).await;
+        metrics::counter!("antler_run_admissions_total", "outcome" => admission_outcome(&result)).increment(1);
+        result
+    }
+
+    async fn admit_request(&self, ctx: &CallContext, mut req: CreateRunRequest) -> Result<(runs::Model, bool), Status> {
         admission::sanitise(&self.engine, &mut req)?;
         crate::lifecycle::resume::apply(&self.engine, &ctx.identity.user_id, &mut req).await?;
         let model = req.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
@@ -87,6 +93,20 @@ impl RunApi {
             }
         });
         ReceiverStream::new(rx)
+    }
+}
+
+/// The `outcome` label of `antler_run_admissions_total`: a fixed word per way an admission can end.
+fn admission_outcome(result: &Result<(runs::Model, bool), Status>) -> &'static str {
+    match result {
+        Ok((_, false)) => "admitted",
+        Ok((_, true)) => "reused",
+        Err(status) => match status.code() {
+            tonic::Code::FailedPrecondition | tonic::Code::Aborted | tonic::Code::AlreadyExists => "rejected",
+            tonic::Code::InvalidArgument | tonic::Code::NotFound | tonic::Code::PermissionDenied | tonic::Code::OutOfRange => "invalid",
+            tonic::Code::ResourceExhausted | tonic::Code::Unavailable => "shed",
+            _ => "error",
+        },
     }
 }
 

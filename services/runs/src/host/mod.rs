@@ -90,6 +90,7 @@ impl RunHost {
     }
 
     fn fence(&self) -> Fenced {
+        metrics::counter!("antler_runs_fenced_total", "cause" => "write_refused").increment(1);
         self.local.stop(StopCause::Fenced);
         Fenced
     }
@@ -110,6 +111,7 @@ impl RunHost {
             && batch.usage.is_empty()
             && batch.title.is_none()
             && engine.store.backend() == DbBackend::Postgres;
+        let started = std::time::Instant::now();
         let result = match batch.events.first() {
             Some(kind) if lone_event => {
                 append_one_postgres(engine.store.db(), &spec.run_id, &spec.thread_id, &engine.worker_id, kind.clone())
@@ -128,6 +130,10 @@ impl RunHost {
                     if new_usage.is_some() {
                         known.usage_total = new_usage;
                     }
+                }
+                if !written.is_empty() {
+                    let path = if lone_event { "statement" } else { "transaction" };
+                    metrics::histogram!("antler_runs_event_append_seconds", "path" => path).record(started.elapsed().as_secs_f64());
                 }
                 engine.hub.publish(&written);
                 for (caller, _, usage) in &batch.usage {

@@ -73,7 +73,7 @@ pub async fn keep_alive(engine: std::sync::Arc<Engine>, run_id: String, local: c
             }
             Ok(Ok(Renewal::Lost)) => {
                 tracing::warn!(run_id, "lease lost: another worker owns the run; stopping without further writes");
-                metrics::counter!("antler_runs_fenced_total").increment(1);
+                metrics::counter!("antler_runs_fenced_total", "cause" => "lease_lost").increment(1);
                 local.stop(StopCause::Fenced);
                 return;
             }
@@ -82,7 +82,7 @@ pub async fn keep_alive(engine: std::sync::Arc<Engine>, run_id: String, local: c
             }
             Ok(Err(_)) | Err(_) => {
                 tracing::warn!(run_id, "lease expired without renewal; stopping without further writes");
-                metrics::counter!("antler_runs_fenced_total").increment(1);
+                metrics::counter!("antler_runs_fenced_total", "cause" => "lease_expired").increment(1);
                 local.stop(StopCause::Fenced);
                 return;
             }

@@ -86,6 +86,7 @@ pub async fn end_run(
     if changed == 0 {
         return Ok(None);
     }
+    metrics::counter!("antler_run_transitions_total", "to" => ending.status).increment(1);
     if ending.rollback {
         restore_head(db, run).await?;
     }

@@ -282,6 +282,9 @@ impl Supervisor {
         };
         metrics::histogram!("antler_sandbox_exec_seconds", "provider" => provider, "outcome" => outcome)
             .record(info.duration.as_secs_f64());
+        if let Some(reason) = killed {
+            metrics::counter!("antler_sandbox_exec_kills_total", "provider" => provider, "reason" => reason.label()).increment(1);
+        }
         tracing::debug!(exit_code, signal, outcome, duration_ms = info.duration.as_millis() as u64, "command finished");
         let _ = tx.send(ExecEvent::Exit(info));
         // The slot is released (and the sandbox touched) only after the exit was reported.

@@ -1,0 +1,135 @@
+//! OTLP export of the `tracing` spans (`server.tracing`), and the bridge between the kit's own W3C
+//! [`TraceContext`] and OpenTelemetry's span ids.
+//!
+//! With export on, the span of each request continues the trace of the `traceparent` it arrived with,
+//! and the [`TraceContext`] handed to outbound calls names that span's OpenTelemetry id, so a trace
+//! reads runs → models → sandbox across processes. With export off, nothing here has an effect: the
+//! calls below find no OpenTelemetry layer and keep the kit's own ids.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _};
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanData, SpanExporter};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::config::{OtlpProtocol, TracingConfig};
+use crate::trace_context::TraceContext;
+
+/// Failures setting export up.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot set up OTLP export to {endpoint} (server.tracing): {message}")]
+pub struct ExportError {
+    pub endpoint: String,
+    pub message: String,
+}
+
+/// The tracer provider when `server.tracing.otlp_endpoint` is set. Must be created inside the tokio
+/// runtime (exports run on it).
+pub fn provider(config: &TracingConfig, program: &str) -> Result<Option<SdkTracerProvider>, ExportError> {
+    let endpoint = config.otlp_endpoint.trim();
+    if endpoint.is_empty() {
+        return Ok(None);
+    }
+    let error = |message: String| ExportError { endpoint: endpoint.to_owned(), message };
+    let timeout = Duration::from_millis(config.export_timeout_ms);
+    let exporter = match config.otlp_protocol {
+        OtlpProtocol::Grpc => {
+            opentelemetry_otlp::SpanExporter::builder().with_tonic().with_endpoint(endpoint).with_timeout(timeout).build()
+        }
+        OtlpProtocol::Http => opentelemetry_otlp::SpanExporter::builder().with_http().with_endpoint(endpoint).with_timeout(timeout).build(),
+    }
+    .map_err(|e| error(e.to_string()))?;
+    let runtime = tokio::runtime::Handle::try_current().map_err(|e| error(e.to_string()))?;
+    let batch = BatchConfigBuilder::default()
+        .with_scheduled_delay(Duration::from_millis(config.batch_delay_ms))
+        .with_max_queue_size(config.max_queue_size)
+        .build();
+    let processor = BatchSpanProcessor::builder(OnRuntime { inner: Arc::new(exporter), runtime }).with_batch_config(batch).build();
+    let name = if config.service_name.is_empty() { program.to_owned() } else { config.service_name.clone() };
+    Ok(Some(
+        SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(config.sample_ratio))))
+            .with_resource(Resource::builder().with_service_name(name).build())
+            .build(),
+    ))
+}
+
+/// The `tracing` layer that feeds `provider`.
+pub fn layer<S>(provider: &SdkTracerProvider) -> tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry_sdk::trace::Tracer>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    tracing_opentelemetry::layer().with_tracer(provider.tracer("antler"))
+}
+
+/// Makes `span` (not yet entered) continue `incoming`'s trace when it came from a caller, and returns
+/// the context outbound calls should carry: `span`'s own ids when it is exported, `incoming` otherwise.
+pub fn continue_in(span: &tracing::Span, incoming: TraceContext) -> TraceContext {
+    if let Some(parent) = incoming.parent_span_id {
+        let flags = if incoming.sampled { TraceFlags::SAMPLED } else { TraceFlags::default() };
+        let remote = SpanContext::new(
+            TraceId::from_bytes(incoming.trace_id.to_be_bytes()),
+            SpanId::from_bytes(parent.to_be_bytes()),
+            flags,
+            true,
+            TraceState::default(),
+        );
+        // Fails only when no OpenTelemetry layer is installed, which is the export-off case.
+        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
+    }
+    match of_span(span) {
+        Some(own) => TraceContext { parent_span_id: incoming.parent_span_id, ..own },
+        None => incoming,
+    }
+}
+
+/// The exported span's ids, when `span` is exported.
+pub fn of_span(span: &tracing::Span) -> Option<TraceContext> {
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| TraceContext {
+        trace_id: u128::from_be_bytes(sc.trace_id().to_bytes()),
+        span_id: u64::from_be_bytes(sc.span_id().to_bytes()),
+        parent_span_id: None,
+        sampled: sc.is_sampled(),
+    })
+}
+
+/// Runs the exporter's calls on the server's tokio runtime. The SDK's batch processor exports from a
+/// thread of its own with a plain executor, where tonic and reqwest find no reactor; the exporter's
+/// future is spawned onto the runtime instead and only its JoinHandle is awaited on that thread.
+#[derive(Debug)]
+struct OnRuntime<E> {
+    inner: Arc<E>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<E: SpanExporter + 'static> SpanExporter for OnRuntime<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let inner = self.inner.clone();
+        match self.runtime.spawn(async move { inner.export(batch).await }).await {
+            Ok(result) => result,
+            Err(join) => Err(OTelSdkError::InternalFailure(format!("span export task failed: {join}"))),
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        // Called once while the provider is built, before any export holds a clone.
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.set_resource(resource);
+        }
+    }
+}
