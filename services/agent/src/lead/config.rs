@@ -15,6 +15,27 @@ pub struct LeadConfig {
     pub mcp: McpToolsConfig,
     pub summarization: SummarizationConfig,
     pub token_budget: TokenBudgetConfig,
+    pub memory: MemoryConfig,
+}
+
+/// The Memory layer (the memory service's own settings, debounce, caps and thresholds, are in its
+/// `memory:` section).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Inject the user's memory and queue each finished conversation for extraction. Off by default:
+    /// extraction spends model tokens (DeerFlow's example config turns it on).
+    pub enabled: bool,
+    /// With `enabled`: put the rendered memory into the system prompt (false: only collect).
+    pub injection_enabled: bool,
+    /// Token budget of the `<memory>` block; 0 = the memory service's (2000). Else 100..8000.
+    pub max_injection_tokens: u32,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self { enabled: false, injection_enabled: true, max_injection_tokens: 0 }
+    }
 }
 
 /// Token budgets of runs (RunConfig.token_budget).
@@ -130,7 +151,7 @@ pub struct MiddlewaresConfig {
 }
 
 /// Built-in layers that `middlewares.disabled` may name.
-pub const SWITCHABLE: [&str; 12] = [
+pub const SWITCHABLE: [&str; 13] = [
     "ThreadData",
     "Uploads",
     "Sandbox",
@@ -140,6 +161,7 @@ pub const SWITCHABLE: [&str; 12] = [
     "Summarization",
     "Todo",
     "Title",
+    "Memory",
     "TokenBudget",
     "LoopDetection",
     "Clarification",
@@ -281,6 +303,10 @@ impl LeadConfig {
             size.validate(&format!("runs.lead.summarization.trigger[{index}]"), 2.0)?;
         }
         summarization.keep.validate("runs.lead.summarization.keep", 1.0)?;
+        let budget = self.memory.max_injection_tokens;
+        if budget != 0 {
+            check_range("runs.lead.memory.max_injection_tokens", budget.into(), 100, 8_000)?;
+        }
         let fraction = self.token_budget.warn_fraction;
         if !(fraction > 0.0 && fraction <= 1.0) {
             return Err(antler_kit::config::ConfigError::Invalid {

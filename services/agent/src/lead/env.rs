@@ -36,6 +36,8 @@ pub struct RunEnv {
     catalog_hash: String,
     /// Deferred tools `tool_search` promoted, under the catalog hash they were found in.
     promoted: Mutex<Promoted>,
+    /// Images `view_image` accepted, (path, media type), shown with the next model call only.
+    images: Mutex<Vec<(String, String)>>,
 }
 
 /// Deferred tools promoted by `tool_search`, and the catalog they belong to. Kept in checkpoints, so a
@@ -75,6 +77,7 @@ impl RunEnv {
         Self {
             catalog_hash,
             promoted: Mutex::new(Promoted::default()),
+            images: Mutex::new(Vec::new()),
             ctx,
             sandbox: OnceCell::new(),
             presented: Mutex::new(Vec::new()),
@@ -145,6 +148,19 @@ impl RunEnv {
 
     pub fn outputs_before(&self) -> Option<BTreeMap<String, String>> {
         self.outputs_before.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Queues an image for the next model call.
+    pub fn view_image(&self, path: &str, mime: &str) {
+        let mut images = self.images.lock().unwrap_or_else(|p| p.into_inner());
+        if !images.iter().any(|(p, _)| p == path) {
+            images.push((path.to_owned(), mime.to_owned()));
+        }
+    }
+
+    /// The images queued since the last model call (taken: each is shown once).
+    pub fn take_images(&self) -> Vec<(String, String)> {
+        std::mem::take(&mut *self.images.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Records tools promoted by `tool_search` (see [`Promoted::merge`]).

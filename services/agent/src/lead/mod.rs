@@ -10,6 +10,7 @@ pub mod env;
 pub mod guardrail;
 pub mod middleware;
 pub mod model;
+pub mod model_info;
 pub mod pipeline;
 pub mod prompt;
 pub mod runner;
@@ -137,6 +138,11 @@ impl Agent for LeadAgent {
         Box::pin(async move {
             if self.mcp_enabled {
                 self.add_mcp_tools(&ctx).await;
+            }
+            // view_image only for a model that can look (DeerFlow offers it the same way).
+            if model_info::run_model(&ctx).await.and_then(|m| m.capabilities).is_some_and(|c| c.supports_vision) {
+                self.tools.extend([Arc::new(tools::view_image::ViewImage) as Arc<dyn tools::Tool>]);
+                self.executor = ExecuteTool { tools: self.tools.clone() };
             }
             runner::run(&self, ctx).await
         })

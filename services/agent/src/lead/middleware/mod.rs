@@ -1,12 +1,13 @@
 //! The built-in middlewares, one file each, in DeerFlow's order (DESIGN §5):
 //! ThreadData → Uploads → Sandbox → DanglingToolCall → Guardrail (when enabled) → ToolErrorHandling →
-//! Summarization (when enabled) → Todo (plan mode) → Title → TokenBudget (with a budget) → LoopDetection →
-//! Clarification (always last).
+//! Summarization (when enabled) → Todo (plan mode) → Title → Memory (when enabled) → TokenBudget (with
+//! a budget) → LoopDetection → Clarification (always last).
 
 pub mod clarification;
 pub mod dangling_tool_call;
 pub mod guardrail;
 pub mod loop_detection;
+pub mod memory;
 pub mod sandbox;
 pub mod summarization;
 pub mod thread_data;
@@ -55,6 +56,9 @@ pub fn defaults(config: &LeadConfig, plan_mode: bool, clarification_disabled: bo
     }
     if config.title.enabled {
         layers.push(Arc::new(title::Title::new(config.title.clone())));
+    }
+    if config.memory.enabled {
+        layers.push(Arc::new(memory::MemoryMiddleware::new(config.memory.clone())));
     }
     if token_budget > 0 {
         layers.push(Arc::new(token_budget::TokenBudget::new(token_budget, config.token_budget.warn_fraction)));

@@ -10,8 +10,8 @@
 //! tokenizer for it.
 
 use antler_proto::common::{Message, Role};
+use antler_proto::models::ChatRequest;
 use antler_proto::models::model_service_client::ModelServiceClient;
-use antler_proto::models::{ChatRequest, GetModelRequest};
 use futures::future::BoxFuture;
 use tokio::sync::OnceCell;
 
@@ -52,10 +52,7 @@ impl Summarization {
         *self
             .context_window
             .get_or_init(|| async {
-                let client = env.ctx.clients().get("models")?;
-                let name = env.ctx.spec.request.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
-                let request = client.request(&env.ctx.call_context(), GetModelRequest { name });
-                let model = ModelServiceClient::new(client.channel()).get_model(request).await.ok()?.into_inner().model?;
+                let model = crate::lead::model_info::run_model(&env.ctx).await?;
                 (model.context_window > 0).then_some(u64::from(model.context_window))
             })
             .await

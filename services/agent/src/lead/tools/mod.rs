@@ -15,6 +15,7 @@ pub mod present_files;
 pub mod read_file;
 pub mod str_replace;
 pub mod tool_search;
+pub mod view_image;
 pub mod write_file;
 pub mod write_todos;
 
