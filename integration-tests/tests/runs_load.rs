@@ -180,7 +180,11 @@ async fn a_thousand_runs_on_open_model_streams_are_all_cancelled() -> anyhow::Re
     let double = LlmDouble::start_with(vec![Turn::text(&"slow ".repeat(300)).slow(2000)], AfterLast::Repeat, Select::ByHistory).await?;
     let db = TestDb::new(Backend::Sqlite).await?;
     let extra = format!("  max_concurrent_runs: {}\n  max_pending_runs: 0\n", HELD + 8);
-    let server = start("antler", Launch::new(["up"]).config(agent_config(&db, &double.models_yaml(), &extra)).env("RUST_LOG", "warn"))?;
+    // A 30 s lease, not the tests' 3 s: with the rest of the suite running beside it on 2 cores, renewing
+    // 1,000 leases every second fell behind, runs were taken over until their attempts ran out (ERROR),
+    // and this test is about cancels, not takeovers.
+    let config = agent_config(&db, &double.models_yaml(), &extra).replace("  lease_secs: 3\n", "  lease_secs: 30\n");
+    let server = start("antler", Launch::new(["up"]).config(config).env("RUST_LOG", "warn"))?;
     let mut clients_pool = Vec::new();
     for _ in 0..4 {
         clients_pool.push(runs_client(&server).await?);
@@ -210,7 +214,14 @@ async fn a_thousand_runs_on_open_model_streams_are_all_cancelled() -> anyhow::Re
     }
     assert!(refused.is_empty(), "{} of 300 concurrent cancels refused, e.g. {:?}", refused.len(), refused.first());
     for (i, id) in ids.iter().enumerate().skip(300) {
-        cancel(i, id).await?;
+        if let Err(status) = cancel(i, id).await {
+            let mut runs = clients_pool[0].clone();
+            let run = runs.get_run(authed(GetRunRequest { run_id: id.clone(), ..Default::default() }, ALICE)).await?.into_inner().run;
+            anyhow::bail!(
+                "cancel of {id} refused: {status:?}\nthe run: {run:?}\n{}",
+                server.stderr().lines().rev().take(30).collect::<Vec<_>>().join("\n")
+            );
+        }
     }
     let mut runs = clients_pool[0].clone();
     for id in &ids {
