@@ -150,9 +150,12 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* The generated antler.yaml: listen address, auth with both keys, every client wired to its Service (split)
      or to this process (all-in-one), the database URL by reference; then .Values.config merged over it. Only
-     keys the binary accepts today are rendered (tls and metrics have none yet: issue #15). */}}
+     keys the binary accepts today are rendered (tls and metrics have none yet: issue #15).
+     Call with (dict "root" $ "database" true|false): every process resolves every $VAR in the file, so the pods
+     that do not get ANTLER_DATABASE_URL (sandbox, models, mcp) get a file without the reference. */}}
 {{- define "antler.config" -}}
-{{- $root := . }}
+{{- $root := .root }}
+{{- $withDatabase := .database }}
 {{- $clients := dict }}
 {{- range $component := list "runs" "sandbox" "mcp" "models" "memory" }}
 {{- $client := dict "service_token" "$ANTLER_SERVICE_KEY" }}
@@ -162,32 +165,36 @@ app.kubernetes.io/component: {{ .component }}
 {{- $_ := set $clients $component $client }}
 {{- end }}
 {{- $server := dict
-  "listen" (printf "0.0.0.0:%d" (int .Values.port))
+  "listen" (printf "0.0.0.0:%d" (int $root.Values.port))
   "auth" (dict
     "enabled" true
     "api_keys" (list
-      (dict "key" "$ANTLER_API_KEY" "user" .Values.apiKey.user)
+      (dict "key" "$ANTLER_API_KEY" "user" $root.Values.apiKey.user)
       (dict "key" "$ANTLER_SERVICE_KEY" "user" "antler-internal" "service" true)))
   "log" (dict "format" "json" "filter" "info,sqlx=warn") }}
 {{- $base := dict "server" $server "clients" $clients }}
-{{- if include "antler.hasDatabase" . }}
+{{- if and $withDatabase (include "antler.hasDatabase" $root) }}
 {{- $_ := set $base "runs" (dict "database" (dict "url" "$ANTLER_DATABASE_URL")) }}
 {{- end }}
-{{- toYaml (mergeOverwrite $base (deepCopy .Values.config)) }}
+{{- toYaml (mergeOverwrite $base (deepCopy $root.Values.config)) }}
 {{- end }}
 
 {{/* Volumes for the config, TLS material and /tmp. */}}
+{{/* Call with (dict "root" $ "database" true|false). */}}
 {{- define "antler.commonVolumes" -}}
 - name: config
   configMap:
-    name: {{ include "antler.fullname" . }}
+    name: {{ include "antler.fullname" .root }}
+    items:
+      - key: {{ ternary "antler.yaml" "antler-no-database.yaml" .database }}
+        path: antler.yaml
 - name: tmp
   emptyDir:
-    sizeLimit: {{ .Values.tmpSizeLimit }}
-{{- if .Values.tls.enabled }}
+    sizeLimit: {{ .root.Values.tmpSizeLimit }}
+{{- if .root.Values.tls.enabled }}
 - name: tls
   secret:
-    secretName: {{ .Values.tls.secretName }}
+    secretName: {{ .root.Values.tls.secretName }}
     defaultMode: 0440
 {{- end }}
 {{- end }}
@@ -212,7 +219,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- $v := .values }}
 metadata:
   annotations:
-    checksum/config: {{ include "antler.config" $root | sha256sum }}
+    checksum/config: {{ include "antler.config" (dict "root" $root "database" .database) | sha256sum }}
     {{- with $root.Values.podAnnotations }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -301,7 +308,7 @@ spec:
         - name: data
           mountPath: /var/lib/antler
   volumes:
-    {{- include "antler.commonVolumes" $root | nindent 4 }}
+    {{- include "antler.commonVolumes" (dict "root" $root "database" .database) | nindent 4 }}
     {{- with .dataVolume }}
     - name: data
       {{- toYaml . | nindent 6 }}
