@@ -189,15 +189,20 @@ def takeover(pb) -> None:
         t0 = time.monotonic()
         kill_wall_ms = None
         held_by_victim: list[str] = []
+        pending_on_victim: list[str] = []
         for i in range(RUNS):
             if i == RUNS // 2:
                 adm.wait(i)
                 # What the victim holds at the moment it dies: its RUNNING runs (leases it will never renew).
                 held_by_victim = [r[0] for r in q(f"SELECT run_id FROM runs WHERE owner_worker_id = '{victim_worker}' AND status = 'running'", db)]
+                # And the PENDING runs it had admitted (an admission names its replica as owner until it starts them).
+                pending_on_victim = [r[0] for r in q(f"SELECT run_id FROM runs WHERE owner_worker_id = '{victim_worker}' AND status = 'pending'", db)]
+                pending_total = int(q("SELECT count(*) FROM runs WHERE status = 'pending'", db)[0][0])
                 kill_wall_ms = int(time.time() * 1000)
                 c.kill(victim)
                 adm.drop(victim.address)
-                print(f"  killed {victim.name} after {time.monotonic() - t0:.1f} s, holding {len(held_by_victim)} RUNNING runs", flush=True)
+                print(f"  killed {victim.name} after {time.monotonic() - t0:.1f} s, holding {len(held_by_victim)} RUNNING runs and "
+                      f"{len(pending_on_victim)} PENDING runs it had admitted ({pending_total} PENDING in all)", flush=True)
             adm.submit(script, i)
         adm.wait(RUNS)
         t_admit = time.monotonic() - t0
@@ -229,7 +234,13 @@ def takeover(pb) -> None:
             print(f"  the victim's {len(held_by_victim)} RUNNING runs resumed elsewhere: {len(delays)}; delay after the kill "
                   f"p50 {statistics.median(delays):.2f} s, p99 {delays[int(len(delays) * 0.99) - 1 if len(delays) > 1 else 0]:.2f} s, "
                   f"max {delays[-1]:.2f} s (goal <= lease + grace + sweep + 1 = {goal} s)", flush=True)
-        # PENDING runs the victim had admitted but not started: when did they start at all?
+        if pending_on_victim:
+            ids = ",".join(f"'{r}'" for r in pending_on_victim)
+            starts = sorted(int(r[0]) - kill_wall_ms for r in q(f"SELECT started_at FROM runs WHERE run_id IN ({ids}) AND started_at IS NOT NULL", db))
+            if starts:
+                print(f"  the victim's {len(pending_on_victim)} PENDING runs first started elsewhere after the kill: "
+                      f"p50 {statistics.median(starts) / 1000:.2f} s, min {starts[0] / 1000:.2f} s, max {starts[-1] / 1000:.2f} s", flush=True)
+        # All runs admitted before the kill that started late (the queue, plus anything stuck on the victim).
         pending_late = q(f"SELECT count(*), max(started_at - {kill_wall_ms}) FROM runs WHERE created_at < {kill_wall_ms} "
                          f"AND started_at > {kill_wall_ms} + {goal * 1000}", db)[0]
         print(f"  runs admitted before the kill that first started more than {goal} s after it: {pending_late[0]} "
