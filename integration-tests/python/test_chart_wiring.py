@@ -12,7 +12,9 @@ addresses, and waits for each readinessProbe as declared. Then, through the pods
 * a JoinRun of that run on a second runs replica, and a ListRunEvents on the third: every event, seq 1..n;
 * a run blocked on a slow model, cancelled through another replica than the one it was created on, followed
   live by a JoinRun on the third, which ends INTERRUPTED;
-* the store is the test's own PostgreSQL database (created and dropped here), not a SQLite file.
+* the store is the test's own PostgreSQL database (created and dropped here), not a SQLite file;
+* the rendered NetworkPolicies admit exactly those calls (ingress-labelled pods -> runs, runs -> sandbox,
+  models, mcp and memory, models -> sandbox) and refuse others (evaluated from the manifests: no CNI here).
 
 A wrong port, Service name, env var, Secret key or a token the chart forgot fails one of these steps.
 
@@ -215,3 +217,34 @@ def test_cancel_through_another_replica_ends_a_live_join_on_a_third(cluster: cha
         last = item
     joiner.join(timeout=5)
     assert last.WhichOneof("kind") == "end" and last.end.status == pb.run.RUN_STATUS_INTERRUPTED, last
+
+
+def _admits(docs: list[dict], target_labels: dict, caller_labels: dict, port: str = "grpc") -> bool:
+    """Whether the rendered NetworkPolicies let a pod with caller_labels (same namespace) reach target_labels."""
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"
+                and chart_local._matches(d["spec"]["podSelector"].get("matchLabels", {}), target_labels)]
+    if not policies:
+        return True  # not isolated
+    for policy in policies:
+        for rule in policy["spec"].get("ingress", []):
+            if rule.get("ports") and not any(p.get("port") == port for p in rule["ports"]):
+                continue
+            for peer in rule.get("from", [{}]):
+                if chart_local._matches((peer.get("podSelector") or {}).get("matchLabels", {}), caller_labels):
+                    return True
+    return False
+
+
+def test_network_policies_admit_exactly_the_calls_the_services_make(cluster: chart_local.LocalCluster) -> None:
+    labels = {p.workload["metadata"]["name"]: p.labels for p in cluster.pods}
+    ingress = {"antler.dev/ingress": "true"}
+    # The calls the tests above made: a client through the ingress, runs to sandbox and models, models to sandbox.
+    # mcp and memory are the runs service's too.
+    allowed = [(ingress, "antler"), (labels["antler"], "antler-sandbox"), (labels["antler"], "antler-models"),
+               (labels["antler"], "antler-mcp"), (labels["antler"], "antler-memory"), (labels["antler-models"], "antler-sandbox")]
+    for caller, target in allowed:
+        assert _admits(cluster.docs, labels[target], caller), f"{caller} cannot reach {target}"
+    denied = [({"app": "other"}, "antler"), (labels["antler-mcp"], "antler-sandbox"), (labels["antler-memory"], "antler-sandbox"),
+              (labels["antler-sandbox"], "antler-models"), (ingress, "antler-sandbox"), (labels["antler-models"], "antler")]
+    for caller, target in denied:
+        assert not _admits(cluster.docs, labels[target], caller), f"{caller} may reach {target}"
