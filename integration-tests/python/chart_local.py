@@ -86,6 +86,8 @@ class Pod:
     labels: dict
     proc: subprocess.Popen | None = None
     listen: str = ""
+    #: host:port of the pod's Prometheus endpoint, when the chart enables it.
+    metrics: str = ""
     restarts: int = 0
 
     @property
@@ -277,6 +279,11 @@ class LocalCluster:
         config = yaml.safe_load(config_path.read_text())
         port = int(str(config["server"]["listen"]).rsplit(":", 1)[1])
         pod.listen = f"{pod.ip}:{port}"
+        # The metrics endpoint's 0.0.0.0 is the pod's address too (this copy of the ConfigMap is the pod's).
+        metrics = str((config["server"].get("metrics") or {}).get("listen", ""))
+        if metrics.startswith("0.0.0.0:"):
+            pod.metrics = f"{pod.ip}:{metrics.rsplit(':', 1)[1]}"
+            config_path.write_text(config_path.read_text().replace(metrics, pod.metrics))
         argv = [str(self.antler_bin), *command[1:], *args, "--listen", pod.listen]
         ids = self._identity(pod)
         if ids:

@@ -143,6 +143,21 @@ def test_every_workload_replica_runs_and_is_ready(cluster: chart_local.LocalClus
     assert len(cluster.rewrites) == 5, cluster.rewrites
 
 
+def test_every_pod_serves_its_metrics_where_the_chart_says(cluster: chart_local.LocalCluster) -> None:
+    import urllib.request
+
+    for pod in cluster.pods:
+        assert pod.metrics, f"{pod.name}: the chart enables metrics by default"
+        port = int(pod.metrics.rsplit(":", 1)[1])
+        assert port == pod.container_port("metrics"), f"{pod.name}: metrics on {pod.metrics}, containerPort {pod.container_port('metrics')}"
+        with urllib.request.urlopen(f"http://{pod.metrics}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        assert response.status == 200, f"{pod.name}: HTTP {response.status}"
+        # Prometheus text with Antler's names only (a pod that did nothing yet may have no series at all).
+        samples = [line for line in text.splitlines() if line and not line.startswith("#")]
+        assert all(line.startswith("antler_") for line in samples), f"{pod.name}: {text[:300]}"
+
+
 def test_runs_replicas_share_postgresql(cluster: chart_local.LocalCluster, database: str) -> None:
     assert chart_local.psql("SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'", database) == "1"
     for pod in cluster.pods_of("antler"):

@@ -18,6 +18,7 @@ pub mod db;
 pub mod llm_double;
 pub mod mcp;
 pub mod metrics;
+pub mod otlp;
 pub mod runs;
 
 /// Where the built binaries are.

@@ -150,7 +150,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* The generated antler.yaml: listen address, auth with both keys, every client wired to its Service (split)
      or to this process (all-in-one), the database URL by reference; then .Values.config merged over it. Only
-     keys the binary accepts today are rendered (tls and metrics have none yet: issue #15).
+     keys the binary accepts today are rendered (server.metrics when metrics.enabled; tls has none yet: issue #15).
      Call with (dict "root" $ "database" true|false): every process resolves every $VAR in the file, so the pods
      that do not get ANTLER_DATABASE_URL (sandbox, models, mcp) get a file without the reference. */}}
 {{- define "antler.config" -}}
@@ -172,6 +172,9 @@ app.kubernetes.io/component: {{ .component }}
       (dict "key" "$ANTLER_API_KEY" "user" $root.Values.apiKey.user)
       (dict "key" "$ANTLER_SERVICE_KEY" "user" "antler-internal" "service" true)))
   "log" (dict "format" "json" "filter" "info,sqlx=warn") }}
+{{- if $root.Values.metrics.enabled }}
+{{- $_ := set $server "metrics" (dict "listen" (printf "0.0.0.0:%d" (int $root.Values.metrics.port))) }}
+{{- end }}
 {{- $base := dict "server" $server "clients" $clients }}
 {{- if and $withDatabase (include "antler.hasDatabase" $root) }}
 {{- $_ := set $base "runs" (dict "database" (dict "url" "$ANTLER_DATABASE_URL")) }}
