@@ -110,8 +110,18 @@ async fn ask_clarification_interrupts_and_the_next_run_carries_the_answer() -> a
         .thread
         .unwrap_or_default();
     assert_eq!(thread.status(), antler_proto::runs::ThreadStatus::Interrupted, "a thread waiting for an answer is interrupted");
+    let state_request =
+        || authed(antler_proto::runs::GetThreadStateRequest { thread_id: first.thread_id.clone(), ..Default::default() }, ALICE);
+    let pending = threads.get_thread_state(state_request()).await?.into_inner().state.and_then(|s| s.pending_clarification);
+    assert_eq!(
+        pending.map(|p| (p.question, p.tool_call_id)),
+        Some(("Which format?".to_owned(), "q1".to_owned())),
+        "the state names the question"
+    );
 
     let second = run_to_end(&mut runs, prompt_request(&first.thread_id, "markdown"), T).await?;
+    let answered = threads.get_thread_state(state_request()).await?.into_inner().state.and_then(|s| s.pending_clarification);
+    assert!(answered.is_none(), "answered: nothing pending any more");
     assert_eq!(second.status(), RunStatus::Success, "{:?}", second.error);
     let requests = double.requests();
     assert_eq!(requests.len(), 2, "the clarification ended the first run without another model call");

@@ -1,7 +1,7 @@
 //! Threads: the conversations runs belong to. A thread's status is derived from its runs when read
 //! (busy while a run is active, else from its latest run), so it can never go stale.
 
-use antler_proto::runs::{Checkpoint, Thread, ThreadState, ThreadStatus};
+use antler_proto::runs::{Checkpoint, ClarificationEvent, EventKind, RunEvent, Thread, ThreadState, ThreadStatus, run_event};
 use prost::Message;
 use sea_orm::sea_query::{Condition, Expr};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
@@ -247,9 +247,33 @@ pub async fn state(engine: &Engine, thread: &threads::Model, checkpoint_id: Opti
     Ok(ThreadState {
         thread_id: thread.thread_id.clone(),
         checkpoint: checkpoint(engine, thread, checkpoint_id).await?,
+        // The lead agent finishes each turn before its run ends (no breakpoints yet), so nothing is
+        // ever left to run: an empty list is the truth, not a placeholder.
         next: Vec::new(),
-        pending_clarification: None,
+        pending_clarification: pending_clarification(engine, thread).await?,
         status: status as i32,
+    })
+}
+
+/// The question the thread waits on: the last clarification of its latest run, when that run ended
+/// SUCCESS with stop_reason `clarification` (a newer run answers or supersedes it).
+async fn pending_clarification(engine: &Engine, thread: &threads::Model) -> Result<Option<ClarificationEvent>, RunsError> {
+    let Some(run_id) = &thread.latest_run_id else { return Ok(None) };
+    let Some(run) = runs::Entity::find_by_id(run_id.clone()).one(engine.store.db()).await? else { return Ok(None) };
+    if run.status != crate::lifecycle::SUCCESS || run.stop_reason.as_deref() != Some("clarification") {
+        return Ok(None);
+    }
+    let event = run_events::Entity::find()
+        .filter(run_events::Column::RunId.eq(run_id.clone()))
+        .filter(run_events::Column::Kind.eq(EventKind::Clarification as i32))
+        .order_by_desc(run_events::Column::Seq)
+        .one(engine.store.db())
+        .await?;
+    let Some(event) = event else { return Ok(None) };
+    let event = RunEvent::decode(event.payload.as_slice()).map_err(|e| RunsError::Store(e.into()))?;
+    Ok(match event.kind {
+        Some(run_event::Kind::Clarification(clarification)) => Some(clarification),
+        _ => None,
     })
 }
 
