@@ -17,6 +17,7 @@ use tonic::transport::Channel;
 pub mod db;
 pub mod llm_double;
 pub mod mcp;
+pub mod memory;
 pub mod runs;
 
 /// Where the built binaries are.
