@@ -19,6 +19,7 @@ pub mod llm_double;
 pub mod mcp;
 pub mod metrics;
 pub mod otlp;
+pub mod memory;
 pub mod runs;
 
 /// Where the built binaries are.

@@ -49,6 +49,52 @@ pub async fn stream_and_print(channel: tonic::transport::Channel, token: Option<
     Ok(printer.status)
 }
 
+/// What `antler memory` does.
+#[derive(Debug)]
+pub enum MemoryAction {
+    Import(std::path::PathBuf),
+    Export(String),
+}
+
+/// `antler memory import|export`: one ImportMemory / ExportMemory call.
+pub async fn memory(addr: &str, token: Option<&str>, agent: &str, action: MemoryAction) -> Result<()> {
+    use antler_proto::memory::memory_service_client::MemoryServiceClient;
+    use antler_proto::memory::{ExportMemoryRequest, ImportMemoryRequest};
+    fn authed<T>(message: T, token: Option<&str>) -> Result<tonic::Request<T>> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = token {
+            request.metadata_mut().insert("authorization", format!("Bearer {token}").parse()?);
+        }
+        Ok(request)
+    }
+    let channel = connect(addr, Duration::from_secs(5)).await?;
+    let mut client = MemoryServiceClient::new(channel).max_decoding_message_size(64 << 20).max_encoding_message_size(64 << 20);
+    match action {
+        MemoryAction::Import(path) => {
+            let document = if path.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin())?
+            } else {
+                std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
+            };
+            let r =
+                client.import_memory(authed(ImportMemoryRequest { agent_name: agent.to_owned(), document }, token)?).await?.into_inner();
+            println!(
+                "imported memory.json v{}: {} facts, {} skipped (already known or not active), {} summary sections, {} evicted by the cap",
+                r.version,
+                r.facts_imported,
+                r.facts_skipped,
+                r.sections_imported,
+                r.evicted_fact_ids.len()
+            );
+        }
+        MemoryAction::Export(version) => {
+            let r = client.export_memory(authed(ExportMemoryRequest { agent_name: agent.to_owned(), version }, token)?).await?.into_inner();
+            println!("{}", r.document);
+        }
+    }
+    Ok(())
+}
+
 /// Which streamed text a line is in the middle of.
 #[derive(Debug, Default, PartialEq, Eq, Clone, Copy)]
 enum Open {

@@ -1,5 +1,6 @@
-//! `antler`: every service in one process (`antler up`), one service (`antler serve <service>`), and
-//! configuration checks (`antler config check`).
+//! `antler`: every service in one process (`antler up`), one service (`antler serve <service>`),
+//! DeerFlow memory.json import/export (`antler memory import|export`), and configuration checks
+//! (`antler config check`).
 
 mod client;
 
@@ -58,6 +59,20 @@ enum Command {
         #[command(flatten)]
         serve: ServeArgs,
     },
+    /// Bring a DeerFlow memory.json in, or take the caller's memory out as one.
+    Memory {
+        #[command(subcommand)]
+        command: MemoryCommand,
+        /// Server address.
+        #[arg(long, env = "ANTLER_ADDR", default_value = "http://127.0.0.1:50051", global = true)]
+        addr: String,
+        /// Bearer token (API key or JWT) when the server requires one.
+        #[arg(long, env = "ANTLER_TOKEN", hide_env_values = true, global = true)]
+        token: Option<String>,
+        /// Agent scope of the facts (empty: the default agent).
+        #[arg(long, default_value = "", global = true)]
+        agent: String,
+    },
     /// Inspect configuration.
     Config {
         #[command(subcommand)]
@@ -72,6 +87,21 @@ enum ConfigCommand {
         /// Path to antler.yaml; without it the built-in defaults are checked.
         #[arg(long, env = "ANTLER_CONFIG")]
         config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum MemoryCommand {
+    /// Import a DeerFlow memory.json (version 1.0 or 2.0) into the caller's memory.
+    Import {
+        /// The memory.json file ("-" for stdin).
+        file: PathBuf,
+    },
+    /// Print the caller's memory as a DeerFlow memory.json.
+    Export {
+        /// Document version: 1.0 or 2.0.
+        #[arg(long, default_value = "2.0")]
+        version: String,
     },
 }
 
@@ -125,6 +155,13 @@ fn spawn_demo(serve: &ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn command_of(command: MemoryCommand) -> client::MemoryAction {
+    match command {
+        MemoryCommand::Import { file } => client::MemoryAction::Import(file),
+        MemoryCommand::Export { version } => client::MemoryAction::Export(version),
+    }
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     antler_kit::cli::exit_code(run(Cli::parse()).await.map_err(|e| e.to_string()))
@@ -152,6 +189,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 anyhow::bail!("the run ended {}", status.as_str_name());
             }
         }
+        Command::Memory { command, addr, token, agent } => client::memory(&addr, token.as_deref(), &agent, command_of(command)).await?,
         Command::Serve { service, serve } => {
             let program = format!("antler serve {}", service.registration().name);
             antler_kit::cli::run(&program, &serve, &[service.registration()]).await?;

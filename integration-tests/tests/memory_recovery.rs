@@ -1,0 +1,102 @@
+//! The extraction queue is durable: updates queued before a kill -9 are processed once after the
+//! restart, an update whose worker died mid-call is taken over when its lease expires, and two replicas
+//! on PostgreSQL process every update exactly once.
+
+use std::time::{Duration, Instant};
+
+use antler_integration_tests::db::{Backend, TestDb};
+use antler_integration_tests::llm_double::{AfterLast, LlmDouble, Turn};
+use antler_integration_tests::memory::*;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn numbered(n: usize) -> Vec<Turn> {
+    (1..=n).map(|i| Turn::text(&adds(&[(&format!("Remembered fact number {i}"), "context", 0.9)]))).collect()
+}
+
+#[tokio::test]
+async fn updates_queued_before_kill_9_are_processed_once_after_restart() -> anyhow::Result<()> {
+    let double = LlmDouble::start(numbered(3), AfterLast::Refuse).await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let mut server = start_up(&db, "  debounce_seconds: 300\n", &double.models_yaml(), None)?;
+    let mut memory = client(&server).await?;
+    for thread in ["t-a", "t-b", "t-c"] {
+        queue(&mut memory, ALICE, thread, conversation(&format!("Something worth keeping from {thread}")), false).await?;
+    }
+    server.signal(libc::SIGKILL)?;
+    server.wait_exit(Duration::from_secs(10))?;
+    assert!(double.requests().is_empty(), "nothing was processed before the kill (debounce 300 s)");
+
+    let server = start_up(&db, "  debounce_seconds: 300\n", &double.models_yaml(), None)?;
+    let mut memory = client(&server).await?;
+    let flushed = flush_wait(&mut memory, ALICE, WAIT).await?;
+    assert!(flushed.completed && flushed.flushed == 3, "{flushed:?}");
+    assert!(flushed.outcomes.iter().all(|o| o.facts_added == 1 && o.error.is_empty()), "{:?}", flushed.outcomes);
+    assert_eq!(double.requests().len(), 3, "each update extracted once");
+    let facts = active_facts(&mut memory, ALICE).await?;
+    assert_eq!(facts.len(), 3);
+    assert!(facts.iter().all(|f| f.confirmation_count == 0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_update_whose_worker_was_killed_mid_call_is_taken_over_after_its_lease() -> anyhow::Result<()> {
+    // The first call streams so slowly that the process is killed in the middle of it.
+    let answer = adds(&[("Keeps a sourdough starter", "behavior", 0.9)]);
+    let double = LlmDouble::start(vec![Turn::text(&answer).slow(5_000), Turn::text(&answer)], AfterLast::Refuse).await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let extra = "  lease_secs: 3\n  poll_interval_ms: 200\n";
+    let mut server = start_up(&db, extra, &double.models_yaml(), None)?;
+    let mut memory = client(&server).await?;
+    queue(&mut memory, ALICE, "t-bread", conversation("I bake bread every Sunday with my sourdough starter"), true).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while double.requests().is_empty() {
+        anyhow::ensure!(Instant::now() < deadline, "the worker never called the model");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.signal(libc::SIGKILL)?;
+    server.wait_exit(Duration::from_secs(10))?;
+
+    let server = start_up(&db, extra, &double.models_yaml(), None)?;
+    let mut memory = client(&server).await?;
+    let flushed = flush_wait(&mut memory, ALICE, WAIT).await?;
+    assert!(flushed.completed, "{flushed:?}");
+    assert_eq!(flushed.outcomes.len(), 1);
+    assert_eq!(flushed.outcomes[0].facts_added, 1, "{:?}", flushed.outcomes);
+    assert_eq!(double.requests().len(), 2, "the killed attempt and the takeover");
+    assert_eq!(active_facts(&mut memory, ALICE).await?.len(), 1, "applied once");
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_replicas_on_postgres_process_each_update_exactly_once() -> anyhow::Result<()> {
+    const UPDATES: usize = 40;
+    let double = LlmDouble::start(numbered(UPDATES), AfterLast::Refuse).await?;
+    let db = TestDb::new(Backend::Postgres).await?;
+    let extra = "  workers: 4\n  poll_interval_ms: 100\n  debounce_seconds: 1\n";
+    let a = start_up(&db, extra, &double.models_yaml(), None)?;
+    let b = start_up(&db, extra, &double.models_yaml(), None)?;
+    let (mut ma, mut mb) = (client(&a).await?, client(&b).await?);
+    for i in 0..UPDATES {
+        let client = if i % 2 == 0 { &mut ma } else { &mut mb };
+        queue(client, ALICE, &format!("thread-{i}"), conversation(&format!("Detail {i} about my life")), i % 3 == 0).await?;
+    }
+    let flushed = flush_wait(&mut ma, ALICE, WAIT).await?;
+    assert!(flushed.completed, "{flushed:?}");
+    let other = flush_wait(&mut mb, ALICE, WAIT).await?;
+    assert_eq!(other.pending, 0);
+    assert_eq!(double.requests().len(), UPDATES, "exactly one extraction per update across both replicas");
+    let facts = active_facts(&mut ma, ALICE).await?;
+    assert_eq!(facts.len(), UPDATES);
+    let mut contents: Vec<&str> = facts.iter().map(|f| f.content.as_str()).collect();
+    contents.sort();
+    contents.dedup();
+    assert_eq!(contents.len(), UPDATES, "no fact written twice");
+    assert!(facts.iter().all(|f| f.confirmation_count == 0), "no update applied twice");
+    let a_log = a.stderr();
+    let b_log = b.stderr();
+    let a_did = a_log.matches("memory update applied").count();
+    let b_did = b_log.matches("memory update applied").count();
+    assert_eq!(a_did + b_did, UPDATES, "a {a_did} + b {b_did}");
+    Ok(())
+}
