@@ -98,8 +98,9 @@ fn document(user: usize, facts: usize) -> String {
     let list: Vec<serde_json::Value> = (0..facts)
         .map(|i| {
             let s = (user * 7919 + i * 104_729) as u64;
+            let category = ["preference", "knowledge", "context", "goal"][i % 4];
             serde_json::json!({"content": format!("User {user} cares about {} and {} (note {i}: {} matters for {})", word(s), word(s / 3 + 1), word(s / 7 + 2), word(s / 11 + 3)),
-                "category": ["preference", "knowledge", "context", "goal"][i % 4], "confidence": 0.7 + (i % 30) as f64 / 100.0})
+                "category": category, "confidence": 0.7 + (i % 30) as f64 / 100.0})
         })
         .collect();
     serde_json::json!({"version": "1.0", "user": {"workContext": {"summary": format!("User {user} is an engineer working on {}", word(user as u64))},

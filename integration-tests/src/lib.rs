@@ -17,9 +17,9 @@ use tonic::transport::Channel;
 pub mod db;
 pub mod llm_double;
 pub mod mcp;
+pub mod memory;
 pub mod metrics;
 pub mod otlp;
-pub mod memory;
 pub mod runs;
 
 /// Where the built binaries are.

@@ -116,7 +116,7 @@ pub async fn said(runs: &mut RunServiceClient<Channel>, key: &str, run_id: &str)
 /// `extra` adds lines to the `runs:` section, as in [`config`].
 pub fn agent_config(db: &TestDb, models: &str, extra: &str) -> String {
     format!(
-        "server:\n  shutdown_grace_secs: 5\n  auth:\n    enabled: true\n    api_keys:\n      - key: {ALICE}\n        user: alice\n      - key: {BOB}\n        user: bob\n      - key: {SERVICE}\n        user: antler-runs\n        service: true\nclients:\n  sandbox:\n    service_token: {SERVICE}\n  models:\n    service_token: {SERVICE}\n  mcp:\n    service_token: {SERVICE}\nruns:\n  database:\n    url: \"{}\"\n  lease_secs: 3\n  lease_grace_secs: 0\n  sweep_interval_secs: 1\n  heartbeat_secs: 1\n  drain_secs: 1\n  agent: lead\n{extra}sandbox:\n  provider: local\n  allow_host_bash: true\n{models}",
+        "server:\n  shutdown_grace_secs: 5\n  auth:\n    enabled: true\n    api_keys:\n      - key: {ALICE}\n        user: alice\n      - key: {BOB}\n        user: bob\n      - key: {SERVICE}\n        user: antler-runs\n        service: true\nclients:\n  sandbox:\n    service_token: {SERVICE}\n  models:\n    service_token: {SERVICE}\n  mcp:\n    service_token: {SERVICE}\n  memory:\n    service_token: {SERVICE}\nruns:\n  database:\n    url: \"{}\"\n  lease_secs: 3\n  lease_grace_secs: 0\n  sweep_interval_secs: 1\n  heartbeat_secs: 1\n  drain_secs: 1\n  agent: lead\n{extra}sandbox:\n  provider: local\n  allow_host_bash: true\n{models}",
         db.url
     )
 }

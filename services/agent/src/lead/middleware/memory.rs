@@ -1,5 +1,6 @@
 //! Memory (`lead.memory`, DeerFlow's MemoryMiddleware): the user's memory, rendered once per
-//! attempt by the memory service (RenderInjection, within `max_injection_tokens`), goes into the
+//! attempt by the memory service (RenderInjection, within `max_injection_tokens`, facts ranked by the
+//! user's current message), goes into the
 //! system prompt of every model call as `<memory>…</memory>` (one rendering per attempt, so the
 //! prompt prefix stays the same from call to call and provider prompt caches hit); when the agent
 //! finishes, the conversation's user turns and final answers go to QueueUpdate, where the memory
@@ -18,6 +19,10 @@ use crate::lead::config::MemoryConfig;
 use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware, ModelNext, ModelResult};
 use crate::lead::state::{ThreadState, text_of};
+
+/// Names of the messages the agent's own layers add (reminders, warnings, image context): not the
+/// user's words, so not memory. The user's input is named `user-input` by ThreadData and kept.
+const INJECTED: [&str; 4] = ["loop_warning", "todo_reminder", "token_budget_warning", "view_image_context"];
 
 /// Most messages of the conversation one update carries (the newest).
 const MAX_UPDATE_MESSAGES: usize = 100;
@@ -38,7 +43,8 @@ impl MemoryMiddleware {
         env.ctx.spec.request.config.as_ref().map(|c| c.agent_name.clone()).unwrap_or_default()
     }
 
-    async fn render(&self, env: &RunEnv) -> Option<String> {
+    /// `query`: the user's current message, by which the memory service ranks the facts.
+    async fn render(&self, env: &RunEnv, query: String) -> Option<String> {
         let ctx = &env.ctx;
         let client = ctx.clients().get("memory")?;
         let request = client.request(
@@ -46,6 +52,7 @@ impl MemoryMiddleware {
             RenderInjectionRequest {
                 agent_name: Self::agent_name(env),
                 max_tokens: self.config.max_injection_tokens,
+                query,
                 ..Default::default()
             },
         );
@@ -72,12 +79,12 @@ fn log_unavailable(env: &RunEnv, rpc: &str, status: &tonic::Status) {
 }
 
 /// What of the conversation is worth remembering: the user's own messages and the agent's final
-/// answers (no tool traffic, no injected reminders, which carry a `name`), newest last, secrets of
+/// answers (no tool traffic, no injected reminders), newest last, secrets of
 /// the process (run secrets included) removed.
 pub fn conversation(messages: &[Message]) -> Vec<Message> {
     let kept: Vec<Message> = messages
         .iter()
-        .filter(|m| m.name.is_empty())
+        .filter(|m| !INJECTED.contains(&m.name.as_str()))
         .filter(|m| m.role == Role::User as i32 || (m.role == Role::Assistant as i32 && m.tool_calls.is_empty()))
         .filter(|m| !text_of(m).trim().is_empty())
         .map(|m| antler_kit::redact::redact_message(m).unwrap_or_else(|| m.clone()))
@@ -94,7 +101,15 @@ impl Middleware for MemoryMiddleware {
     fn wrap_model_call<'a>(&'a self, env: &'a RunEnv, mut request: ChatRequest, next: ModelNext<'a>) -> BoxFuture<'a, ModelResult> {
         Box::pin(async move {
             if self.config.injection_enabled {
-                let block = self.block.get_or_init(|| self.render(env)).await;
+                // The latest real user message (injected reminders carry a name), as the service takes it.
+                let query = request
+                    .messages
+                    .iter()
+                    .rev()
+                    .find(|m| m.role == Role::User as i32 && !INJECTED.contains(&m.name.as_str()))
+                    .map(|m| text_of(m).chars().take(1000).collect())
+                    .unwrap_or_default();
+                let block = self.block.get_or_init(|| self.render(env, query)).await;
                 if let (Some(block), Some(system)) = (block, request.messages.first_mut().filter(|m| m.role == Role::System as i32))
                     && let Some(antler_proto::common::content_part::Part::Text(text)) =
                         system.content.first_mut().and_then(|p| p.part.as_mut())
@@ -123,6 +138,8 @@ impl Middleware for MemoryMiddleware {
                     messages,
                     run_id: ctx.spec.run_id.clone(),
                     immediate: false,
+                    // Extraction with the run's model unless memory.model_name says otherwise.
+                    model_name: ctx.spec.request.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default(),
                 },
             );
             match MemoryServiceClient::new(client.channel()).queue_update(request).await {
@@ -149,7 +166,11 @@ mod tests {
         let mut reminder = text_message(Role::User, "[LOOP DETECTED] stop");
         reminder.name = "loop_warning".into();
         let messages = vec![
-            text_message(Role::User, "I prefer Rust."),
+            {
+                let mut input = text_message(Role::User, "I prefer Rust.");
+                input.name = "user-input".into();
+                input
+            },
             call,
             text_message(Role::Tool, "a.txt"),
             reminder,

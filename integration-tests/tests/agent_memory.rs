@@ -1,0 +1,63 @@
+//! The lead agent's Memory layer with the real memory service on `antler up`: a fact said on one
+//! thread is extracted after the run (through the LLM upstream double) and reaches the prompt of a
+//! run on another thread.
+
+use std::time::Duration;
+
+use antler_integration_tests::db::{Backend, TestDb};
+use antler_integration_tests::llm_double::{AfterLast, LlmDouble, Turn};
+use antler_integration_tests::runs::*;
+use antler_proto::memory::FlushUpdatesRequest;
+use antler_proto::memory::memory_service_client::MemoryServiceClient;
+use antler_proto::runs::RunStatus;
+use anyhow::{Result, ensure};
+
+const T: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_thread_remembers_what_the_first_was_told() -> Result<()> {
+    let double = LlmDouble::start(
+        vec![
+            Turn::text("Noted: Rust for services."),
+            // The extraction call of the memory service, in its strict JSON form.
+            Turn::text(
+                r#"{"operations": [{"op": "ADD", "content": "The user writes their services in Rust", "category": "preference", "confidence": 0.95}]}"#,
+            ),
+            Turn::text("A Rust service, then."),
+        ],
+        AfterLast::Refuse,
+    )
+    .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let up = start_agent_up(&db, &double.models_yaml(), "  lead:\n    memory:\n      enabled: true\n", None)?;
+    let (mut runs, _) = clients(&up).await?;
+    let first = runs
+        .create_run(authed(prompt_request("", "I always write my services in Rust."), ALICE))
+        .await?
+        .into_inner()
+        .run
+        .unwrap_or_default();
+    let first = wait_run(&mut runs, ALICE, &first.run_id, T, is_terminal).await?;
+    ensure!(first.status() == RunStatus::Success, "{:?}\n{}", first.error, up.stderr());
+
+    // Extraction is debounced; flush it now instead of waiting.
+    let mut memory = MemoryServiceClient::new(up.channel().await?);
+    let flushed = memory
+        .flush_updates(authed(FlushUpdatesRequest { thread_id: first.thread_id.clone(), wait: true, ..Default::default() }, ALICE))
+        .await?
+        .into_inner();
+    ensure!(double.requests().len() == 2, "the flush ran one extraction: {flushed:?}\n{}", up.stderr());
+    ensure!(
+        double.requests()[1].to_string().contains("I always write my services in Rust"),
+        "the conversation was extracted from: {}",
+        double.requests()[1]
+    );
+
+    let second =
+        runs.create_run(authed(prompt_request("", "Start a new service for me."), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let second = wait_run(&mut runs, ALICE, &second.run_id, T, is_terminal).await?;
+    ensure!(second.status() == RunStatus::Success && second.thread_id != first.thread_id, "{:?}", second.error);
+    let prompt = double.requests()[2]["messages"][0]["content"].to_string();
+    ensure!(prompt.contains("<memory>") && prompt.contains("The user writes their services in Rust"), "{prompt}");
+    Ok(())
+}
