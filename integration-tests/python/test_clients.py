@@ -207,6 +207,10 @@ def _empty_pool(reply: Any) -> None:
     assert reply.sessions_open == 0 and reply.capacity == 256 and list(reply.per_server) == [], reply
 
 
+def _no_facts(reply: Any) -> None:
+    assert list(reply.facts) == [] and not reply.page.next_page_token, reply
+
+
 MISSING = _missing_id()
 
 UNARY_CALLS = (
@@ -226,8 +230,8 @@ UNARY_CALLS = (
          lambda m: m.CallToolRequest(tool_name="nowhere_echo"), error_code=grpc.StatusCode.NOT_FOUND, error_text="nowhere_echo"),
     Call("antler.models.v1", "models", "ModelService", "ListModels",
          lambda m: m.ListModelsRequest(), check=_demo_model_listed),
-    Call("antler.memory.v1", "memory", "MemoryService", "GetMemory",
-         lambda m: m.GetMemoryRequest(), error_code=grpc.StatusCode.UNIMPLEMENTED, error_text="MemoryService.GetMemory"),
+    Call("antler.memory.v1", "memory", "MemoryService", "ListFacts",
+         lambda m: m.ListFactsRequest(), check=_no_facts),
 )
 
 

@@ -42,14 +42,3 @@ async fn antler_serve_mounts_only_the_named_service() -> anyhow::Result<()> {
     assert!(health(process.channel().await?, "antler.runs.v1.RunService").await.is_err());
     Ok(())
 }
-
-#[tokio::test]
-async fn unimplemented_rpcs_name_the_missing_capability() -> anyhow::Result<()> {
-    use antler_proto::memory::{GetMemoryRequest, memory_service_client::MemoryServiceClient};
-    let process = start("antler", Launch::new(["up"]))?;
-    let err = MemoryServiceClient::new(process.channel().await?).get_memory(GetMemoryRequest::default()).await.err();
-    let Some(status) = err else { anyhow::bail!("GetMemory succeeded without a memory store") };
-    assert_eq!(status.code(), tonic::Code::Unimplemented);
-    assert!(status.message().contains("MemoryService.GetMemory") && status.message().contains("not scheduled"), "{}", status.message());
-    Ok(())
-}
