@@ -174,10 +174,10 @@ async fn runs_client(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_runs_on_open_model_streams_are_all_cancelled() -> anyhow::Result<()> {
     const HELD: usize = 1000;
-    // One 8-character chunk every 2 s, about six minutes in all: on a loaded 2-core machine opening
-    // 1,000 streams took longer than the 40 s an earlier version allowed, and the first runs finished
-    // before their cancel.
-    let double = LlmDouble::start_with(vec![Turn::text(&"slow ".repeat(300)).slow(2000)], AfterLast::Repeat, Select::ByHistory).await?;
+    // One 8-character chunk every 2 s, about an hour in all: the streams must outlast however long
+    // opening 1,000 of them takes on a loaded 2-core machine (40 s and then 6 min were not enough in CI:
+    // the first runs finished before their cancel).
+    let double = LlmDouble::start_with(vec![Turn::text(&"slow ".repeat(3000)).slow(2000)], AfterLast::Repeat, Select::ByHistory).await?;
     let db = TestDb::new(Backend::Sqlite).await?;
     let extra = format!("  max_concurrent_runs: {}\n  max_pending_runs: 0\n", HELD + 8);
     // A 30 s lease, not the tests' 3 s: with the rest of the suite running beside it on 2 cores, renewing
