@@ -171,3 +171,14 @@ pub async fn hold_the_only_slot(runs: &mut RunServiceClient<Channel>) -> Result<
         .unwrap_or_default();
     wait_run(runs, ALICE, &blocker.run_id, Duration::from_secs(20), |r| r.status() == RunStatus::Running).await
 }
+
+/// The TOOL_FINISHED events among `events`, in order.
+pub fn tool_finished(events: &[antler_proto::runs::RunEvent]) -> Vec<antler_proto::runs::ToolFinished> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(antler_proto::runs::run_event::Kind::ToolFinished(f)) => Some(f.clone()),
+            _ => None,
+        })
+        .collect()
+}

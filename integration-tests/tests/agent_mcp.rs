@@ -9,8 +9,7 @@ use antler_integration_tests::db::{Backend, TestDb};
 use antler_integration_tests::llm_double::{AfterLast, LlmDouble, Turn, call};
 use antler_integration_tests::mcp::{self, HttpServer};
 use antler_integration_tests::runs::*;
-use antler_proto::runs::run_event::Kind;
-use antler_proto::runs::{RunStatus, ToolFinished};
+use antler_proto::runs::RunStatus;
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 
@@ -29,16 +28,6 @@ fn offered(request: &Value) -> Vec<String> {
         .as_array()
         .map(|tools| tools.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect())
         .unwrap_or_default()
-}
-
-fn finished(events: &[antler_proto::runs::RunEvent]) -> Vec<ToolFinished> {
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            Some(Kind::ToolFinished(f)) => Some(f.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +64,7 @@ async fn a_lead_run_calls_mcp_tools_over_stdio_and_http() -> Result<()> {
     }
     ensure!(!tools.iter().any(|t| t == "tool_search"), "no deferred tools, no tool_search: {tools:?}");
 
-    let results = finished(&run_events(&mut runs, ALICE, &run.run_id).await?);
+    let results = tool_finished(&run_events(&mut runs, ALICE, &run.run_id).await?);
     let by_id = |id: &str| results.iter().find(|f| f.tool_call_id == id).cloned().context("no result");
     let (local, remote, bad) = (by_id("c1")?, by_id("c2")?, by_id("c3")?);
     ensure!(!local.is_error && local.result_summary.contains("over stdio"), "{local:?}");
@@ -119,7 +108,7 @@ async fn deferred_mcp_tools_are_hidden_until_tool_search_promotes_them() -> Resu
     let third = offered(&requests[2]);
     ensure!(third.iter().any(|t| t == "remote_echo") && !third.iter().any(|t| t == "remote_hang"), "only the promoted tool: {third:?}");
 
-    let results = finished(&run_events(&mut runs, ALICE, &run.run_id).await?);
+    let results = tool_finished(&run_events(&mut runs, ALICE, &run.run_id).await?);
     ensure!(results.len() == 3, "{results:?}");
     ensure!(results[0].is_error && results[0].result_summary.contains("deferred and has not been promoted"), "{:?}", results[0]);
     ensure!(results[1].result_summary.contains("\"name\":\"remote_echo\""), "the schema is returned: {:?}", results[1]);
@@ -164,7 +153,7 @@ async fn a_killed_server_does_not_repeat_an_mcp_call_on_resume() -> Result<()> {
     let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
     ensure!(run.status() == RunStatus::Success, "{:?}\n{}", run.error, second.stderr());
     ensure!(run.attempt == 2, "resumed by a second attempt: {}", run.attempt);
-    let results = finished(&run_events(&mut runs, ALICE, &run.run_id).await?);
+    let results = tool_finished(&run_events(&mut runs, ALICE, &run.run_id).await?);
     ensure!(results.len() == 1 && results[0].outcome_unknown && results[0].is_error, "{results:?}");
     let told = double.requests()[1]["messages"].to_string();
     ensure!(told.contains("outcome of this `remote_hang` call is unknown"), "{told}");

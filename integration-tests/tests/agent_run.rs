@@ -7,21 +7,11 @@ use antler_integration_tests::db::{Backend, TestDb};
 use antler_integration_tests::llm_double::{AfterLast, COMPLETION_TOKENS, LlmDouble, PROMPT_TOKENS, Turn, call};
 use antler_integration_tests::runs::*;
 use antler_proto::runs::run_event::Kind;
-use antler_proto::runs::{GetThreadRequest, RunEvent, RunStatus};
+use antler_proto::runs::{GetThreadRequest, RunStatus};
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(60);
 const REPORT: &str = "/mnt/user-data/outputs/report.md";
-
-fn tool_finished(events: &[RunEvent]) -> Vec<antler_proto::runs::ToolFinished> {
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            Some(Kind::ToolFinished(f)) => Some(f.clone()),
-            _ => None,
-        })
-        .collect()
-}
 
 /// The messages of one request the double received, as (role, content-as-text).
 fn request_messages(request: &Value) -> Vec<(String, String)> {

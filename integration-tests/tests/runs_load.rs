@@ -183,7 +183,9 @@ async fn a_thousand_runs_on_open_model_streams_are_all_cancelled() -> anyhow::Re
     // A 30 s lease, not the tests' 3 s: with the rest of the suite running beside it on 2 cores, renewing
     // 1,000 leases every second fell behind, runs were taken over until their attempts ran out (ERROR),
     // and this test is about cancels, not takeovers.
-    let config = agent_config(&db, &double.models_yaml(), &extra).replace("  lease_secs: 3\n", "  lease_secs: 30\n");
+    let config = agent_config(&db, &double.models_yaml(), &extra);
+    anyhow::ensure!(config.contains("  lease_secs: 3\n"), "agent_config no longer sets the 3 s lease this test replaces");
+    let config = config.replace("  lease_secs: 3\n", "  lease_secs: 30\n");
     let server = start("antler", Launch::new(["up"]).config(config).env("RUST_LOG", "warn"))?;
     let mut clients_pool = Vec::new();
     for _ in 0..4 {

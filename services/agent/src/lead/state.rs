@@ -164,6 +164,20 @@ pub fn text_of(message: &Message) -> String {
 }
 
 /// A message with one text part.
+/// Makes an assistant turn final: its tool calls are dropped (they will not run) and `note` is
+/// appended to its last text part (or becomes one). The layers that force a final answer use it.
+pub fn finish_with_note(message: &mut Message, note: &str) {
+    message.tool_calls.clear();
+    let last_text = message.content.iter_mut().rev().find_map(|p| match &mut p.part {
+        Some(content_part::Part::Text(t)) => Some(t),
+        _ => None,
+    });
+    match last_text {
+        Some(text) => text.text.push_str(note),
+        None => message.content.push(ContentPart { part: Some(content_part::Part::Text(TextPart { text: note.trim_start().to_owned() })) }),
+    }
+}
+
 pub fn text_message(role: Role, text: impl Into<String>) -> Message {
     Message {
         id: uuid::Uuid::now_v7().to_string(),

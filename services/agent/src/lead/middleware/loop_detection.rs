@@ -8,7 +8,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 
-use antler_proto::common::{ContentPart, Role, TextPart, ToolCall, content_part};
+use antler_proto::common::{Role, ToolCall};
 use antler_proto::models::ChatRequest;
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use crate::lead::config::LoopDetectionConfig;
 use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware, ModelNext, ModelResult};
-use crate::lead::state::{ThreadState, text_message};
+use crate::lead::state::{ThreadState, finish_with_note, text_message};
 
 pub const WARNING: &str = "[LOOP DETECTED] You are repeating the same tool calls. Stop calling tools and produce your final answer now. \
 If you cannot complete the task, summarize what you accomplished so far.";
@@ -165,16 +165,7 @@ impl Middleware for LoopDetection {
             Verdict::Warned => tracing::info!(run_id = %env.ctx.spec.run_id, hash, "loop warning queued"),
             Verdict::Stop(note) => {
                 tracing::warn!(run_id = %env.ctx.spec.run_id, hash, "repeated tool calls: forced stop");
-                last.tool_calls.clear();
-                match last.content.iter_mut().rev().find_map(|p| match &mut p.part {
-                    Some(content_part::Part::Text(t)) => Some(t),
-                    _ => None,
-                }) {
-                    Some(text) => text.text.push_str(&note),
-                    None => last
-                        .content
-                        .push(ContentPart { part: Some(content_part::Part::Text(TextPart { text: note.trim_start().to_owned() })) }),
-                }
+                finish_with_note(last, &note);
                 env.stop("loop_capped");
             }
         }

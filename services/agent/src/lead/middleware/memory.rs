@@ -101,15 +101,20 @@ impl Middleware for MemoryMiddleware {
     fn wrap_model_call<'a>(&'a self, env: &'a RunEnv, mut request: ChatRequest, next: ModelNext<'a>) -> BoxFuture<'a, ModelResult> {
         Box::pin(async move {
             if self.config.injection_enabled {
-                // The latest real user message (injected reminders carry a name), as the service takes it.
-                let query = request
-                    .messages
-                    .iter()
-                    .rev()
-                    .find(|m| m.role == Role::User as i32 && !INJECTED.contains(&m.name.as_str()))
-                    .map(|m| text_of(m).chars().take(1000).collect())
-                    .unwrap_or_default();
-                let block = self.block.get_or_init(|| self.render(env, query)).await;
+                // Rendered once per attempt, ranked by the latest real user message (not a reminder).
+                let block = self
+                    .block
+                    .get_or_init(|| {
+                        let query = request
+                            .messages
+                            .iter()
+                            .rev()
+                            .find(|m| m.role == Role::User as i32 && !INJECTED.contains(&m.name.as_str()))
+                            .map(|m| text_of(m).chars().take(1000).collect())
+                            .unwrap_or_default();
+                        self.render(env, query)
+                    })
+                    .await;
                 if let (Some(block), Some(system)) = (block, request.messages.first_mut().filter(|m| m.role == Role::System as i32))
                     && let Some(antler_proto::common::content_part::Part::Text(text)) =
                         system.content.first_mut().and_then(|p| p.part.as_mut())

@@ -9,6 +9,7 @@ pub mod guardrail;
 pub mod loop_detection;
 pub mod memory;
 pub mod sandbox;
+pub mod side_call;
 pub mod summarization;
 pub mod thread_data;
 pub mod title;

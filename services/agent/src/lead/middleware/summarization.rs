@@ -10,15 +10,13 @@
 //! tokenizer for it.
 
 use antler_proto::common::{Message, Role};
-use antler_proto::models::ChatRequest;
-use antler_proto::models::model_service_client::ModelServiceClient;
 use futures::future::BoxFuture;
 use tokio::sync::OnceCell;
 
 use crate::lead::config::{ContextSize, SizeKind, SummarizationConfig};
 use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware};
-use crate::lead::state::{ThreadState, text_message, text_of};
+use crate::lead::state::{ThreadState, text_of};
 
 pub const CALLER: &str = "middleware:summarization";
 
@@ -103,44 +101,16 @@ impl Summarization {
 
     /// Asks the model for the summary; None when it cannot answer (the run goes on unsummarized).
     async fn summarize(&self, env: &RunEnv, previous: &str, older: &[Message]) -> Result<Option<String>, LoopError> {
-        let ctx = &env.ctx;
-        let Some(client) = ctx.clients().get("models") else { return Ok(None) };
         let mut transcript = String::new();
         if !previous.is_empty() {
             transcript.push_str(&format!("[summary of the conversation before these messages]\n{previous}\n\n"));
         }
         transcript.push_str(&render(trim_to_tokens(older, self.config.trim_tokens_to_summarize)));
         let template = if self.config.summary_prompt.is_empty() { DEFAULT_PROMPT } else { self.config.summary_prompt.as_str() };
-        let model = self.model(env);
-        let request = ChatRequest {
-            model_name: model.clone(),
-            messages: vec![text_message(Role::User, template.replace("{messages}", &transcript))],
-            thinking_enabled: false,
-            caller: CALLER.to_owned(),
-            run_id: ctx.spec.run_id.clone(),
-            thread_id: ctx.spec.thread_id.clone(),
-            ..ChatRequest::default()
+        let Some(answer) = super::side_call::ask(env, CALLER, &self.model(env), template.replace("{messages}", &transcript)).await? else {
+            return Ok(None);
         };
-        let call = client.request(&ctx.call_context(), request);
-        let mut grpc = ModelServiceClient::new(client.channel());
-        let cancel = ctx.cancelled();
-        let response = tokio::select! {
-            response = grpc.chat(call) => response,
-            () = cancel.cancelled() => return Err(LoopError::Cancelled),
-        };
-        let response = match response {
-            Ok(response) => response.into_inner(),
-            Err(status) => {
-                tracing::warn!(run_id = %ctx.spec.run_id, code = ?status.code(), "summarization model failed; the conversation is kept whole: {}", status.message());
-                return Ok(None);
-            }
-        };
-        let info = response.info.unwrap_or_default();
-        if let Some(usage) = &info.usage {
-            let name = if info.model_name.is_empty() { model.as_str() } else { info.model_name.as_str() };
-            ctx.record_usage(CALLER, name, usage).await?;
-        }
-        let summary = response.message.as_ref().map(text_of).unwrap_or_default().trim().to_owned();
+        let summary = answer.trim().to_owned();
         Ok((!summary.is_empty()).then_some(summary))
     }
 }
@@ -150,16 +120,21 @@ pub fn approx_tokens(messages: &[Message]) -> u64 {
     messages
         .iter()
         .map(|m| {
+            // Counted in place on every model call: no text is copied, arguments by their encoded size.
+            let text: usize = m
+                .content
+                .iter()
+                .map(|p| match &p.part {
+                    Some(antler_proto::common::content_part::Part::Text(t)) => t.text.chars().count(),
+                    _ => 0,
+                })
+                .sum();
             let calls: usize = m
                 .tool_calls
                 .iter()
-                .map(|c| {
-                    c.name.len()
-                        + c.raw_arguments.len()
-                        + c.arguments.as_ref().map_or(0, |a| antler_kit::json::struct_to_json(a).to_string().len())
-                })
+                .map(|c| c.name.len() + c.raw_arguments.len() + c.arguments.as_ref().map_or(0, prost::Message::encoded_len))
                 .sum();
-            ((text_of(m).chars().count() + calls) as u64).div_ceil(4) + 3
+            ((text + calls) as u64).div_ceil(4) + 3
         })
         .sum()
 }
@@ -255,6 +230,7 @@ impl Middleware for Summarization {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lead::state::text_message;
     use antler_proto::common::ToolCall;
 
     fn assistant_calling(id: &str) -> Message {

@@ -4,14 +4,12 @@
 //! first user message, cut to fit. The title goes into the state and onto the thread.
 
 use antler_proto::common::Role;
-use antler_proto::models::ChatRequest;
-use antler_proto::models::model_service_client::ModelServiceClient;
 use futures::future::BoxFuture;
 
 use crate::lead::config::TitleConfig;
 use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware};
-use crate::lead::state::{ThreadState, text_message, text_of};
+use crate::lead::state::{ThreadState, text_of};
 
 /// The caller tag of title calls.
 pub const CALLER: &str = "middleware:title";
@@ -28,8 +26,6 @@ impl Title {
 
     /// Asks the title model; None when it cannot answer (the caller falls back).
     async fn generate(&self, env: &RunEnv, user: &str, assistant: &str) -> Result<Option<String>, LoopError> {
-        let ctx = &env.ctx;
-        let Some(client) = ctx.clients().get("models") else { return Ok(None) };
         let cut = |s: &str| s.chars().take(500).collect::<String>();
         let prompt = self
             .config
@@ -37,35 +33,7 @@ impl Title {
             .replace("{max_words}", &self.config.max_words.to_string())
             .replace("{user_msg}", &cut(user))
             .replace("{assistant_msg}", &cut(assistant));
-        let request = ChatRequest {
-            model_name: self.config.model_name.clone(),
-            messages: vec![text_message(Role::User, prompt)],
-            thinking_enabled: false,
-            caller: CALLER.to_owned(),
-            run_id: ctx.spec.run_id.clone(),
-            thread_id: ctx.spec.thread_id.clone(),
-            ..ChatRequest::default()
-        };
-        let call = client.request(&ctx.call_context(), request);
-        let mut grpc = ModelServiceClient::new(client.channel());
-        let cancel = ctx.cancelled();
-        let response = tokio::select! {
-            response = grpc.chat(call) => response,
-            () = cancel.cancelled() => return Err(LoopError::Cancelled),
-        };
-        let response = match response {
-            Ok(response) => response.into_inner(),
-            Err(status) => {
-                tracing::info!(run_id = %ctx.spec.run_id, code = ?status.code(), "title model failed; using the local fallback");
-                return Ok(None);
-            }
-        };
-        let info = response.info.unwrap_or_default();
-        if let Some(usage) = &info.usage {
-            let model = if info.model_name.is_empty() { self.config.model_name.as_str() } else { info.model_name.as_str() };
-            ctx.record_usage(CALLER, model, usage).await?;
-        }
-        let text = response.message.as_ref().map(text_of).unwrap_or_default();
+        let Some(text) = super::side_call::ask(env, CALLER, &self.config.model_name, prompt).await? else { return Ok(None) };
         Ok(clean(&text, self.config.max_chars as usize))
     }
 }

@@ -6,13 +6,13 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use antler_proto::common::{ContentPart, Role, TextPart, content_part};
+use antler_proto::common::Role;
 use antler_proto::models::ChatRequest;
 use futures::future::BoxFuture;
 
 use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware, ModelNext, ModelResult};
-use crate::lead::state::{ThreadState, text_message};
+use crate::lead::state::{ThreadState, finish_with_note, text_message};
 
 #[derive(Debug)]
 pub struct TokenBudget {
@@ -63,17 +63,7 @@ impl Middleware for TokenBudget {
         if spent >= self.budget {
             if let Some(last) = state.messages.last_mut().filter(|m| m.role == Role::Assistant as i32) {
                 tracing::warn!(run_id = %env.ctx.spec.run_id, spent, budget = self.budget, dropped_calls = last.tool_calls.len(), "token budget reached");
-                last.tool_calls.clear();
-                let note = stop_note(spent, self.budget);
-                match last.content.iter_mut().rev().find_map(|p| match &mut p.part {
-                    Some(content_part::Part::Text(t)) => Some(t),
-                    _ => None,
-                }) {
-                    Some(text) => text.text.push_str(&note),
-                    None => last
-                        .content
-                        .push(ContentPart { part: Some(content_part::Part::Text(TextPart { text: note.trim_start().to_owned() })) }),
-                }
+                finish_with_note(last, &stop_note(spent, self.budget));
                 env.stop("token_capped");
             }
         } else if spent >= self.warn_at && !self.warned.swap(true, Ordering::SeqCst) {
