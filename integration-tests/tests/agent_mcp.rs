@@ -71,6 +71,8 @@ async fn a_lead_run_calls_mcp_tools_over_stdio_and_http() -> Result<()> {
     ensure!(!remote.is_error && remote.result_summary.contains("over http"), "{remote:?}");
     // Checked against the tool's schema by the MCP service before anything was sent.
     ensure!(bad.is_error && bad.result_summary.contains("invalid arguments"), "{bad:?}");
+    // Each call names its server, so a run's MCP use can be counted per server from its events.
+    ensure!(local.mcp_server == "local" && remote.mcp_server == "remote" && bad.mcp_server == "remote", "{local:?} {remote:?} {bad:?}");
     let stats = http.stats().await?;
     ensure!(stats["tool_calls"]["echo"] == 1, "the HTTP server saw one echo (the bad call never reached it): {stats}");
     Ok(())

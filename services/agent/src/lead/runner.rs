@@ -358,6 +358,7 @@ async fn one_tool(agent: &LeadAgent, env: &RunEnv, call: &ToolCall, announced: b
         duration: prost_types::Duration::try_from(started.elapsed()).ok(),
         outcome_unknown: output.outcome_unknown,
         result_message_id: message.id.clone(),
+        mcp_server: agent.tools.get(&call.name).and_then(|t| t.mcp_server().map(str::to_owned)).unwrap_or_default(),
     }));
     Ok(message)
 }

@@ -132,6 +132,10 @@ impl Tool for McpTool {
         Some(self.spec.clone())
     }
 
+    fn mcp_server(&self) -> Option<&str> {
+        Some(&self.server)
+    }
+
     fn call<'a>(&'a self, env: &'a RunEnv, args: &'a Args) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         Box::pin(async move {
             let client = env.ctx.clients().get("mcp").ok_or(ToolError::NoMcpClient)?;
@@ -158,14 +162,15 @@ impl Tool for McpTool {
                 Ok(response) => {
                     let response = response.into_inner();
                     tracing::info!(run_id = %env.ctx.spec.run_id, server = %self.server, tool = %self.spec.name, elapsed_ms, is_error = response.is_error, reused = response.session_reused, "MCP tool called");
-                    metrics::histogram!("antler_agent_mcp_call_seconds", "outcome" => if response.is_error { "tool_error" } else { "ok" })
+                    metrics::histogram!("antler_agent_mcp_call_seconds", "server" => self.server.clone(), "outcome" => if response.is_error { "tool_error" } else { "ok" })
                         .record(elapsed_ms / 1e3);
                     let text = result_text(&response);
                     Ok(if response.is_error { ToolOutput::error(text) } else { ToolOutput::ok(text) })
                 }
                 Err(status) => {
                     tracing::warn!(run_id = %env.ctx.spec.run_id, server = %self.server, tool = %self.spec.name, code = ?status.code(), elapsed_ms, "MCP tool call failed: {}", status.message());
-                    metrics::histogram!("antler_agent_mcp_call_seconds", "outcome" => "rpc_error").record(elapsed_ms / 1e3);
+                    metrics::histogram!("antler_agent_mcp_call_seconds", "server" => self.server.clone(), "outcome" => "rpc_error")
+                        .record(elapsed_ms / 1e3);
                     mcp_failure(&self.spec.name, status)
                 }
             }

@@ -75,6 +75,10 @@ pub trait Tool: Send + Sync {
     fn own_spec(&self) -> Option<Arc<ToolSpec>> {
         None
     }
+    /// The MCP server behind the tool (None for built-ins): recorded in its ToolFinished event.
+    fn mcp_server(&self) -> Option<&str> {
+        None
+    }
     fn call<'a>(&'a self, env: &'a RunEnv, args: &'a Args) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
 }
 
