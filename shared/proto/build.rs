@@ -29,7 +29,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={}", proto_root.display());
     println!("cargo:rerun-if-env-changed=PROTOC");
 
-    tonic_prost_build::configure().file_descriptor_set_path(out_dir.join("antler_descriptor.bin")).compile_protos(&files, &[proto_root])?;
+    tonic_prost_build::configure()
+        .codec_path("crate::codec::LeanCodec")
+        .file_descriptor_set_path(out_dir.join("antler_descriptor.bin"))
+        .compile_protos(&files, &[proto_root])?;
     Ok(())
 }
 

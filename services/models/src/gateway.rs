@@ -89,8 +89,15 @@ struct Clock {
 
 enum AttemptEnd {
     Finished(Box<Outcome>),
-    Failed(UpstreamError),
+    /// Failed before delivering anything, so it may be retried: the request body comes back with it.
+    Failed(UpstreamError, Bytes),
     Interrupted,
+}
+
+/// A model's request body for `call`.
+fn prepare(model: &Model, call: &ChatCall) -> Result<Bytes, ModelError> {
+    let settings = thinking::settings(&model.spec, call)?;
+    Ok(Bytes::from(model.provider.prepare(call, settings)?.to_string()))
 }
 
 /// The model gateway: a registry of models (replaced on configuration reload) and the call logic.
@@ -197,8 +204,7 @@ impl Gateway {
     ) -> Result<Outcome, ModelError> {
         // The requested model's refusals are the caller's to fix, so they are returned as they are.
         call.check_against(&requested.spec)?;
-        let settings = thinking::settings(&requested.spec, call)?;
-        let body = Bytes::from(requested.provider.prepare(call, settings)?.to_string());
+        let body = prepare(requested, call)?;
 
         let mut clock = Clock::default();
         let mut attempts = 0u32;
@@ -212,12 +218,7 @@ impl Gateway {
                 Some(body) => body,
                 None => {
                     // A fallback that cannot serve this request (no vision, no thinking, …) is skipped.
-                    let prepared = call
-                        .check_against(&model.spec)
-                        .and_then(|()| thinking::settings(&model.spec, call))
-                        .and_then(|settings| model.provider.prepare(call, settings))
-                        .map(|body| Bytes::from(body.to_string()));
-                    match prepared {
+                    match call.check_against(&model.spec).and_then(|()| prepare(&model, call)) {
                         Ok(body) => {
                             telemetry::fallback(&previous, &model.spec.name);
                             tracing::info!(from = %previous, to = %model.spec.name, run_id = %call.run_id, "falling back to the next model");
@@ -246,12 +247,16 @@ impl Gateway {
             };
 
             let max_attempts = model.spec.max_retries + 1;
+            let mut body = body;
             for attempt in 1..=max_attempts {
                 attempts += 1;
-                let error = match self.attempt(call, requested, &model, &body, sink, &mut clock, attempts).await {
+                let error = match self.attempt(call, requested, &model, body, sink, &mut clock, attempts).await {
                     AttemptEnd::Finished(outcome) => return Ok(*outcome),
                     AttemptEnd::Interrupted => return Err(ModelError::Cancelled),
-                    AttemptEnd::Failed(error) => error,
+                    AttemptEnd::Failed(error, returned) => {
+                        body = returned;
+                        error
+                    }
                 };
                 if !error.is_retryable() {
                     return Err(error.into());
@@ -290,7 +295,7 @@ impl Gateway {
         call: &ChatCall,
         requested: &Model,
         model: &Arc<Model>,
-        body: &Bytes,
+        body: Bytes,
         sink: &Sink,
         clock: &mut Clock,
         attempts: u32,
@@ -303,11 +308,11 @@ impl Gateway {
         };
 
         let waited = Instant::now();
-        let opened = sink.guard(model.provider.send(body)).await;
+        let opened = sink.guard(model.provider.send(&body)).await;
         clock.upstream += waited.elapsed();
         let attempt = match opened {
             Err(Interrupted) => return AttemptEnd::Interrupted,
-            Ok(Err(error)) => return AttemptEnd::Failed(named(error)),
+            Ok(Err(error)) => return AttemptEnd::Failed(named(error), body),
             Ok(Ok(attempt)) => attempt,
         };
         let request_id = attempt.request_id;
@@ -315,7 +320,9 @@ impl Gateway {
 
         let mut assembler = Assembler::new();
         let mut out = Vec::new();
-        let mut committed = false;
+        // Held only until the stream delivers something: nothing can be retried after that, and a
+        // long stream would otherwise keep its whole request (tool schemas, history) for nothing.
+        let mut body = Some(body);
         let mut first_token: Option<Duration> = None;
         let mut last_event = Instant::now();
         let chunk_timeout = model.spec.timeouts.chunk;
@@ -357,17 +364,17 @@ impl Gateway {
                         }
                     }
                     clock.client += blocked.elapsed();
-                    committed = true;
+                    body = None;
                 }
             }
         };
         // Dropping the stream here closes the upstream connection if it is still open.
         drop(events);
 
-        let error = match failure {
-            Some(error) if !committed => return AttemptEnd::Failed(named(error)),
-            Some(error) => Some(ModelError::Upstream(named(error))),
-            None => None,
+        let error = match (failure, body) {
+            (Some(error), Some(body)) => return AttemptEnd::Failed(named(error), body),
+            (Some(error), None) => Some(ModelError::Upstream(named(error))),
+            (None, _) => None,
         };
         let assembled = assembler.finish(&mut out);
         if let Sink::Stream(tx) = sink {

@@ -24,6 +24,7 @@ pub mod retry;
 pub mod spec;
 pub mod telemetry;
 pub mod thinking;
+pub mod tool_intern;
 pub mod usage;
 
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 //! output limit) are in [`ChatCall::check_against`], because a fallback model may differ.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 use antler_proto::common::{ContentPart, Message, ReasoningEffort, Role, ToolSpec, content_part, image_part};
@@ -59,7 +60,8 @@ pub struct ChatCall {
     /// Requested model; empty = the default model.
     pub model_name: String,
     pub messages: Vec<Message>,
-    pub tools: Vec<CallTool>,
+    /// Shared with other calls that send the same definitions (see `tool_intern`).
+    pub tools: Vec<Arc<CallTool>>,
     pub tool_use: ToolUse,
     pub thinking_enabled: bool,
     pub thinking_budget_tokens: u32,
@@ -86,7 +88,7 @@ fn valid_tool_name(name: &str) -> bool {
 /// keeps its tools for as long as its stream lasts (fallbacks prepare their own body, and usage may be
 /// estimated at the end), and a dozen schemas as `Struct` trees took ~40 KiB per open stream, as text
 /// a fifth of that.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CallTool {
     pub name: String,
     pub description: String,
@@ -213,7 +215,7 @@ impl ChatCall {
         Ok(Self {
             model_name: request.model_name,
             messages: request.messages,
-            tools: request.tools.into_iter().map(CallTool::from).collect(),
+            tools: crate::tool_intern::intern(request.tools.into_iter().map(CallTool::from).collect()),
             tool_use,
             thinking_enabled: request.thinking_enabled,
             thinking_budget_tokens: request.thinking_budget_tokens,

@@ -6,6 +6,8 @@
 
 #![allow(clippy::all, missing_docs)]
 
+pub mod codec;
+
 pub mod antler {
     pub mod common {
         pub mod v1 {

@@ -103,7 +103,11 @@ fn the_body_carries_tools_usage_option_and_replayed_reasoning() -> Result<(), Mo
         ..Message::default()
     };
     c.messages = vec![user("list"), assistant, tool];
-    c.tools = vec![ToolSpec { name: "ls".into(), description: "list".into(), parameters: None }.into()];
+    c.tools = vec![std::sync::Arc::new(crate::request::CallTool::from(ToolSpec {
+        name: "ls".into(),
+        description: "list".into(),
+        parameters: None,
+    }))];
     let mut settings = Map::new();
     settings.insert("extra_body".into(), json!({ "thinking": { "type": "disabled" } }));
     settings.insert("temperature".into(), json!(0.2));
