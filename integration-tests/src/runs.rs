@@ -18,7 +18,7 @@ pub const BOB: &str = "bob-runs-key-0123456789";
 pub const SERVICE: &str = "runs-service-key-0123456789";
 
 /// `antler.yaml` for a runs server on `db`, with users alice and bob and short leases, plus `extra`
-/// lines for the `runs:` section (each indented by four spaces, e.g. `"    max_concurrent_runs: 1\n"`).
+/// lines for the `runs:` section (each indented by two spaces, e.g. `"  max_concurrent_runs: 1\n"`).
 pub fn config(db: &TestDb, extra: &str) -> String {
     format!(
         "server:\n  shutdown_grace_secs: 5\n  auth:\n    enabled: true\n    api_keys:\n      - key: {ALICE}\n        user: alice\n      - key: {BOB}\n        user: bob\n      - key: {SERVICE}\n        user: antler-runs\n        service: true\nclients:\n  sandbox:\n    service_token: {SERVICE}\nruns:\n  database:\n    url: \"{}\"\n  lease_secs: 3\n  lease_grace_secs: 0\n  sweep_interval_secs: 1\n  heartbeat_secs: 1\n  drain_secs: 1\n  agent: script\n{extra}",

@@ -150,3 +150,56 @@ async fn shutdown_releases_leases_and_the_next_start_resumes() -> anyhow::Result
     }
     Ok(())
 }
+
+/// A saturated replica gives its next free slot to a run whose owner died before any PENDING run:
+/// the run under way (its clients are waiting) is taken over as soon as a slot frees, not when a
+/// sweep happens to find one free while the dispatcher keeps refilling the slot with new work.
+#[tokio::test]
+async fn a_dead_replica_s_run_gets_the_next_free_slot_before_pending_runs() -> anyhow::Result<()> {
+    let extra = "  max_concurrent_runs: 1\n";
+    for backend in BACKENDS {
+        let db = TestDb::new(backend).await?;
+        let mut first = start_runs(&db, extra)?;
+        let (mut runs, _) = clients(&first).await?;
+        let steps = json!([{"say": "before"}, {"checkpoint": true}, {"sleep_ms": 3000}, {"say": "after"}, {"checkpoint": true}]);
+        let orphan = runs.create_run(authed(run_request("", steps), ALICE)).await?.into_inner().run.unwrap_or_default();
+        wait_run(&mut runs, ALICE, &orphan.run_id, T, |r| r.last_seq >= 4).await?;
+        first.signal(libc::SIGKILL)?;
+        first.wait_exit(Duration::from_secs(5))?;
+
+        // The survivor's only slot is busy until well after the orphan's lease (3 s) has expired, and
+        // more work waits behind it.
+        let second = start_runs(&db, extra)?;
+        let (mut runs, _) = clients(&second).await?;
+        let busy = runs.create_run(authed(run_request("", json!([{"sleep_ms": 5000}])), ALICE)).await?.into_inner().run.unwrap_or_default();
+        let mut pending = Vec::new();
+        for _ in 0..4 {
+            let run =
+                runs.create_run(authed(run_request("", json!([{"sleep_ms": 500}])), ALICE)).await?.into_inner().run.unwrap_or_default();
+            pending.push(run.run_id);
+        }
+        let done = wait_run(&mut runs, ALICE, &orphan.run_id, Duration::from_secs(60), is_terminal).await?;
+        assert_eq!(done.status(), RunStatus::Success, "{backend:?}: {:?}\n{}", done.error, second.stderr());
+        assert_eq!(done.attempt, 2, "{backend:?}");
+        let events = runs
+            .list_run_events(authed(ListRunEventsRequest { run_id: orphan.run_id.clone(), ..Default::default() }, ALICE))
+            .await?
+            .into_inner()
+            .events;
+        let resumed = events
+            .iter()
+            .find(|e| matches!(&e.kind, Some(run_event::Kind::Metadata(m)) if m.attempt == 2))
+            .and_then(|e| e.time)
+            .map(|t| (t.seconds, t.nanos))
+            .ok_or_else(|| anyhow::anyhow!("{backend:?}: no attempt-2 METADATA event"))?;
+        let busy = wait_run(&mut runs, ALICE, &busy.run_id, T, is_terminal).await?;
+        let next = wait_run(&mut runs, ALICE, &pending[0], T, is_terminal).await?;
+        let started = next.started_at.map(|t| (t.seconds, t.nanos)).unwrap_or_default();
+        assert!(
+            started >= resumed,
+            "{backend:?}: the first PENDING run started at {started:?}, before the orphan was resumed at {resumed:?} (busy run ended {:?})",
+            busy.finished_at
+        );
+    }
+    Ok(())
+}

@@ -3,7 +3,7 @@
 //! A change is always a new row plus, for the row it replaces, `invalidated_at` set once (guarded by
 //! `invalidated_at IS NULL`, so two writers racing on one version cannot both replace it).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
@@ -307,15 +307,12 @@ pub async fn page(
     Ok(query.order_by_desc(facts::Column::CreatedAt).order_by_desc(facts::Column::FactId).limit(limit).all(db).await?)
 }
 
-/// The query words of a text, deduplicated and bounded (a long user message makes a long OR query;
-/// 32 distinct words rank as well as all of them).
-fn query_words(text: &str) -> Vec<String> {
-    let mut seen = BTreeSet::new();
-    words(text).into_iter().filter(|w| seen.insert(w.clone())).take(32).collect()
-}
+/// Most facts a query's index lookup returns: more than a scope can hold live (`memory.max_facts` is
+/// at most 500), so the ranking always sees every match.
+const MAX_MATCHES: i64 = 1000;
 
-/// Full-text search over the live facts of `scope`: (fact, score) best first, higher is better.
-/// Matches any of the query's words (BM25 on SQLite, ts_rank on PostgreSQL).
+/// Full-text search over the live facts of `scope`: (fact, score) best first, higher is better. The
+/// index finds the facts holding any of the query's words; [`crate::relevance`] ranks them.
 pub async fn search(
     db: &impl ConnectionTrait,
     scope: &Scope,
@@ -323,7 +320,7 @@ pub async fn search(
     categories: &[String],
     limit: u64,
 ) -> Result<Vec<(facts::Model, f64)>, StoreError> {
-    let words = query_words(query);
+    let words = crate::relevance::query_words(query);
     if words.is_empty() {
         return Ok(Vec::new());
     }
@@ -332,10 +329,9 @@ pub async fn search(
         let tsquery = words.iter().map(|w| format!("'{}'", w.replace('\'', ""))).collect::<Vec<_>>().join(" | ");
         db.query_all_raw(statement(
             backend,
-            "SELECT doc, ts_rank(tsv, to_tsquery('simple', $3)) AS score FROM memory_facts \
-             WHERE user_id = $1 AND agent_name = $2 AND invalidated_at IS NULL AND tsv @@ to_tsquery('simple', $3) \
-             ORDER BY score DESC, created_at DESC, fact_id LIMIT $4",
-            vec![scope.user.clone().into(), scope.agent.clone().into(), tsquery.into(), (limit as i64).into()],
+            "SELECT doc FROM memory_facts \
+             WHERE user_id = $1 AND agent_name = $2 AND invalidated_at IS NULL AND tsv @@ to_tsquery('simple', $3) LIMIT $4",
+            vec![scope.user.clone().into(), scope.agent.clone().into(), tsquery.into(), MAX_MATCHES.into()],
         ))
         .await?
     } else {
@@ -343,32 +339,26 @@ pub async fn search(
         let matcher = format!("scope_key : {} AND content : ({terms})", scope.key());
         db.query_all_raw(statement(
             backend,
-            "SELECT rowid AS doc, -bm25(memory_facts_fts, 1.0, 0.0) AS score FROM memory_facts_fts \
-             WHERE memory_facts_fts MATCH $1 ORDER BY bm25(memory_facts_fts, 1.0, 0.0) LIMIT $2",
-            vec![matcher.into(), ((limit * 4).max(limit) as i64).into()],
+            "SELECT rowid AS doc FROM memory_facts_fts WHERE memory_facts_fts MATCH $1 LIMIT $2",
+            vec![matcher.into(), MAX_MATCHES.into()],
         ))
         .await?
     };
-    let mut scores = Vec::with_capacity(rows.len());
+    let mut docs = Vec::with_capacity(rows.len());
     for row in rows {
-        let doc: i64 = row.try_get("", "doc")?;
-        let score: f64 = match row.try_get::<f64>("", "score") {
-            Ok(score) => score,
-            Err(_) => f64::from(row.try_get::<f32>("", "score")?),
-        };
-        scores.push((doc, score));
+        docs.push(row.try_get::<i64>("", "doc")?);
     }
-    if scores.is_empty() {
+    if docs.is_empty() {
         return Ok(Vec::new());
     }
-    let docs: Vec<i64> = scores.iter().map(|(d, _)| *d).collect();
+    let (scope_size, _) = counts(db, scope).await?;
     let mut query = facts::Entity::find().filter(facts::Column::Doc.is_in(docs)).filter(facts::Column::InvalidatedAt.is_null());
     if !categories.is_empty() {
         query = query.filter(facts::Column::Category.is_in(categories.iter().cloned()));
     }
-    let mut by_doc: HashMap<i64, facts::Model> = query.all(db).await?.into_iter().map(|f| (f.doc, f)).collect();
-    let mut found: Vec<(facts::Model, f64)> =
-        scores.into_iter().filter_map(|(doc, score)| by_doc.remove(&doc).map(|f| (f, score))).collect();
+    let matched = query.all(db).await?;
+    let scores = crate::relevance::scores(&words, matched.iter().map(|f| f.content.as_str()), scope_size as usize);
+    let mut found: Vec<(facts::Model, f64)> = matched.into_iter().zip(scores).filter(|(_, score)| *score > 0.0).collect();
     // Ties broken as RenderInjection ranks: confidence, then newest, then id.
     found.sort_by(|(a, sa), (b, sb)| {
         sb.total_cmp(sa).then(b.confidence.total_cmp(&a.confidence)).then(b.created_at.cmp(&a.created_at)).then(a.fact_id.cmp(&b.fact_id))

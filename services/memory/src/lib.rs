@@ -18,6 +18,7 @@ pub mod guards;
 pub mod import;
 pub mod profile;
 pub mod queue;
+pub mod relevance;
 pub mod render;
 pub mod service;
 pub mod store;

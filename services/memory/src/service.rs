@@ -203,12 +203,14 @@ impl Memory {
         let overview_profile = profile::load(db, &scope.user).await?;
         let (scope_revision, _) = facts::scope_revision(db, scope).await?;
         let live = if budget.summaries_only { Vec::new() } else { facts::live(db, scope).await? };
-        let mut scores = HashMap::new();
-        if !query.trim().is_empty() && !live.is_empty() {
-            for (fact, score) in facts::search(db, scope, query, &[], live.len() as u64).await? {
-                scores.insert(fact.doc, score);
-            }
-        }
+        // Every live fact is at hand, so they are ranked here without asking the index.
+        let words = crate::relevance::query_words(query);
+        let scores: HashMap<i64, f64> = if words.is_empty() {
+            HashMap::new()
+        } else {
+            let scores = crate::relevance::scores(&words, live.iter().map(|f| f.content.as_str()), live.len());
+            live.iter().zip(scores).filter(|(_, s)| *s > 0.0).map(|(f, s)| (f.doc, s)).collect()
+        };
         let revision = (overview_profile.revision + scope_revision).max(0) as u64;
         Ok((render::render(&overview_profile, live, &scores, budget), revision))
     }

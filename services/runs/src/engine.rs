@@ -81,6 +81,8 @@ pub struct Engine {
     pub secrets: crate::secrets::Vault,
     /// The estimate of PENDING runs that `runs.max_pending_runs` is checked against.
     pub backlog: crate::lifecycle::backlog::Backlog,
+    /// The last takeover pass left expired runs for lack of free slots (see `lease::take_over`).
+    pub takeovers_waiting: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Engine {

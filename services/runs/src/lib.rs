@@ -69,6 +69,7 @@ pub async fn mount(
         constructed: AtomicU64::new(0),
         secrets: Default::default(),
         backlog: Default::default(),
+        takeovers_waiting: Default::default(),
         config,
     });
     tokio::spawn(lifecycle::admitter::run(engine.clone(), admissions).instrument(tracing::info_span!("admitter")));

@@ -39,9 +39,20 @@ async fn dispatch(engine: Arc<Engine>) {
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
         loop {
-            let free = engine.permits.available_permits();
+            let mut free = engine.permits.available_permits();
             if free == 0 {
                 break;
+            }
+            // Runs taken over from a dead replica come before PENDING ones.
+            if engine.takeovers_waiting.load(std::sync::atomic::Ordering::Relaxed) {
+                match lease::take_over(&engine, free).await {
+                    Ok(claimed) => launch_claimed(&engine, claimed).await,
+                    Err(error) => tracing::warn!(%error, "cannot take over expired runs"),
+                }
+                free = engine.permits.available_permits();
+                if free == 0 {
+                    break;
+                }
             }
             let candidates = match start::startable(&engine, free as u64).await {
                 Ok(c) => c,
@@ -93,14 +104,7 @@ async fn sweeper(engine: Arc<Engine>) {
 
 async fn sweep_once(engine: &Arc<Engine>) -> Result<(), crate::error::RunsError> {
     let swept = lease::sweep(engine, engine.permits.available_permits()).await?;
-    for run in swept.claimed {
-        match engine.permits.clone().try_acquire_owned() {
-            Ok(permit) => launch(engine.clone(), run, permit, true),
-            // Capacity went away meanwhile: let the lease lapse so another worker (or a later sweep)
-            // claims the run again.
-            Err(_) => lease::release(engine, &run.run_id).await?,
-        }
-    }
+    launch_claimed(engine, swept.claimed).await;
     engine.wake.notify_one();
     forget_ended_secrets(engine).await?;
     Ok(())
@@ -125,6 +129,22 @@ async fn forget_ended_secrets(engine: &Engine) -> Result<(), crate::error::RunsE
         engine.secrets.forget(run_id);
     }
     Ok(())
+}
+
+/// Executes runs taken over from a dead owner.
+async fn launch_claimed(engine: &Arc<Engine>, claimed: Vec<runs::Model>) {
+    for run in claimed {
+        match engine.permits.clone().try_acquire_owned() {
+            Ok(permit) => launch(engine.clone(), run, permit, true),
+            // Capacity went away meanwhile: let the lease lapse so another worker (or a later pass)
+            // claims the run again.
+            Err(_) => {
+                if let Err(error) = lease::release(engine, &run.run_id).await {
+                    tracing::warn!(run_id = %run.run_id, %error, "cannot release a claimed run; it is claimed again when its lease expires");
+                }
+            }
+        }
+    }
 }
 
 fn launch(engine: Arc<Engine>, run: runs::Model, permit: OwnedSemaphorePermit, resumed: bool) {

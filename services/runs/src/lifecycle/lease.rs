@@ -102,10 +102,52 @@ pub struct Swept {
 /// idempotency keys. `capacity` bounds how many runs this replica claims to execute.
 pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError> {
     let now = now_ms();
-    let expired_before = now - engine.config.grace().as_millis() as i64;
-    let mut swept = Swept::default();
-    let mut events = Vec::new();
+    let swept = Swept { claimed: take_over(engine, capacity).await? };
 
+    // Queued runs whose thread has no active run (their predecessor's finalizer died before promoting).
+    let stranded: Vec<(String, String)> = runs::Entity::find()
+        .select_only()
+        .column(runs::Column::UserId)
+        .column(runs::Column::ThreadId)
+        .filter(runs::Column::Status.eq(PENDING))
+        .filter(runs::Column::Queued.eq(true))
+        .distinct()
+        .into_tuple()
+        .all(engine.store.db())
+        .await?;
+    for (user_id, thread_id) in stranded {
+        let tx = engine.store.tx().await?;
+        let promoted = promote_next_queued(&*tx, &user_id, &thread_id).await?;
+        tx.commit().await?;
+        if promoted {
+            engine.wake.notify_one();
+        }
+    }
+
+    // Idempotency keys are retained for runs.idempotency_retention_secs, then free for reuse.
+    let tx = engine.store.tx().await?;
+    runs::Entity::update_many()
+        .col_expr(runs::Column::IdempotencyKey, Expr::value(Option::<String>::None))
+        .filter(runs::Column::IdempotencyKey.is_not_null())
+        .filter(runs::Column::CreatedAt.lt(now - (engine.config.idempotency_retention_secs * 1000) as i64))
+        .filter(runs::Column::Status.is_not_in(ACTIVE))
+        .exec(&*tx)
+        .await?;
+    tx.commit().await?;
+
+    Ok(swept)
+}
+
+/// Takes over RUNNING runs whose lease expired past the grace period (at most `capacity` of them, to
+/// execute here) and closes the FINALIZING ones whose finalizer died. When expired runs are left for
+/// lack of capacity, `Engine::takeovers_waiting` is set and the dispatcher offers them the next free
+/// slots before any PENDING run: a run already under way, whose clients are waiting on it, goes
+/// first (on saturated replicas it otherwise waited until a sweep happened to find a slot free).
+pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Model>, RunsError> {
+    let expired_before = now_ms() - engine.config.grace().as_millis() as i64;
+    let mut claimed = Vec::new();
+    let mut events = Vec::new();
+    let mut waiting = false;
     let orphans = runs::Entity::find()
         .filter(runs::Column::Status.is_in([RUNNING, FINALIZING]))
         .filter(
@@ -147,15 +189,15 @@ pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError>
             };
             let ending = Ending { status: ERROR, stop_reason: "max_attempts_exceeded".to_owned(), error: Some(error), rollback: false };
             end_by_service(&*tx, &run, &[RUNNING], &ending).await?
-        } else if swept.claimed.len() < capacity {
-            let claimed = claim(&*tx, engine, &run, expired_before).await?;
-            if let Some((model, event)) = claimed {
+        } else if claimed.len() < capacity {
+            if let Some((model, event)) = claim(&*tx, engine, &run, expired_before).await? {
                 events.push(event);
-                swept.claimed.push(model);
+                claimed.push(model);
             }
             tx.commit().await?;
             continue;
         } else {
+            waiting = true;
             None
         };
         let promoted = if let Some(end) = ended {
@@ -170,39 +212,9 @@ pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError>
         }
     }
 
-    // Queued runs whose thread has no active run (their predecessor's finalizer died before promoting).
-    let stranded: Vec<(String, String)> = runs::Entity::find()
-        .select_only()
-        .column(runs::Column::UserId)
-        .column(runs::Column::ThreadId)
-        .filter(runs::Column::Status.eq(PENDING))
-        .filter(runs::Column::Queued.eq(true))
-        .distinct()
-        .into_tuple()
-        .all(engine.store.db())
-        .await?;
-    for (user_id, thread_id) in stranded {
-        let tx = engine.store.tx().await?;
-        let promoted = promote_next_queued(&*tx, &user_id, &thread_id).await?;
-        tx.commit().await?;
-        if promoted {
-            engine.wake.notify_one();
-        }
-    }
-
-    // Idempotency keys are retained for runs.idempotency_retention_secs, then free for reuse.
-    let tx = engine.store.tx().await?;
-    runs::Entity::update_many()
-        .col_expr(runs::Column::IdempotencyKey, Expr::value(Option::<String>::None))
-        .filter(runs::Column::IdempotencyKey.is_not_null())
-        .filter(runs::Column::CreatedAt.lt(now - (engine.config.idempotency_retention_secs * 1000) as i64))
-        .filter(runs::Column::Status.is_not_in(ACTIVE))
-        .exec(&*tx)
-        .await?;
-    tx.commit().await?;
-
+    engine.takeovers_waiting.store(waiting, std::sync::atomic::Ordering::Relaxed);
     engine.hub.publish(&events);
-    Ok(swept)
+    Ok(claimed)
 }
 
 /// Takes over `run` from its dead owner: attempt + 1, our lease, a new METADATA event.
