@@ -167,7 +167,7 @@ async fn bench(plain: SocketAddr, tls: SocketAddr, ca: &Ca) -> anyhow::Result<()
     let shared = client(Some(&ca.cert), None, None)?;
 
     println!("connection set-up (new channel + first Health/Check), {n} per row");
-    println!("{:<16} {:>3} {:>10} {:>10} {:>10} {:>14}", "case", "c", "p50 µs", "p99 µs", "conn/s", "server CPU µs");
+    println!("{:<20} {:>3} {:>10} {:>10} {:>10} {:>14}", "case", "c", "p50 µs", "p99 µs", "conn/s", "server CPU µs");
     for concurrency in [1usize, 16] {
         // Warm up each path (code paths, allocator, the resumption cache of `shared`).
         connections(vec![Dial::Plain(plain); 32], concurrency.min(32)).await?;
@@ -182,12 +182,12 @@ async fn bench(plain: SocketAddr, tls: SocketAddr, ca: &Ca) -> anyhow::Result<()
             ("tls resumed", connections(vec![Dial::Tls(tls, shared.clone()); n], concurrency).await?),
         ];
         for (name, (f, cpu)) in &rows {
-            println!("{name:<16} {concurrency:>3} {:>10.0} {:>10.0} {:>10.0} {:>14.0}", us(f.p50), us(f.p99), f.per_second, us(*cpu));
+            println!("{name:<20} {concurrency:>3} {:>10.0} {:>10.0} {:>10.0} {:>14.0}", us(f.p50), us(f.p99), f.per_second, us(*cpu));
         }
         let (p, _) = &rows[0].1;
         for (name, (f, _)) in &rows[1..] {
             println!(
-                "{:<16} {concurrency:>3} {:>+10.0} {:>+10.0}   (added by TLS, µs)",
+                "{:<20} {concurrency:>3} {:>+10.0} {:>+10.0}   (added by TLS, µs)",
                 format!("{name} - plain"),
                 us(f.p50) - us(p.p50),
                 us(f.p99) - us(p.p99)
