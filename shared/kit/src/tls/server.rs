@@ -160,7 +160,7 @@ async fn accept_loop(
         let _ = tcp.set_nodelay(true);
         let acceptor = TlsAcceptor::from(state.borrow().config.clone());
         let ready = ready.clone();
-        handshakes.spawn(async move {
+        let handshake = async move {
             let _permit = permit;
             let info = TcpConnectInfo { local_addr: tcp.local_addr().ok(), remote_addr: Some(peer) };
             match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
@@ -179,7 +179,8 @@ async fn accept_loop(
                     tracing::debug!(peer = %peer, timeout_ms = timeout.as_millis() as u64, "TLS handshake timed out");
                 }
             }
-        });
+        };
+        handshakes.spawn(tracing::Instrument::in_current_span(handshake));
     }
 }
 
