@@ -21,6 +21,7 @@ pub mod memory;
 pub mod metrics;
 pub mod otlp;
 pub mod runs;
+pub mod tls;
 
 /// Where the built binaries are.
 pub fn bin_dir() -> Result<PathBuf> {

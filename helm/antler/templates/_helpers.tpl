@@ -150,7 +150,8 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* The generated antler.yaml: listen address, auth with both keys, every client wired to its Service (split)
      or to this process (all-in-one), the database URL by reference; then .Values.config merged over it. Only
-     keys the binary accepts today are rendered (server.metrics when metrics.enabled; tls has none yet: issue #15).
+     keys the binary accepts today are rendered (server.metrics when metrics.enabled; server.tls is not rendered:
+     the gRPC probes do not speak TLS, see the chart README).
      Call with (dict "root" $ "database" true|false): every process resolves every $VAR in the file, so the pods
      that do not get ANTLER_DATABASE_URL (sandbox, models, mcp) get a file without the reference. */}}
 {{- define "antler.config" -}}

@@ -7,8 +7,12 @@ use antler_proto::common::{ContentPart, Message, Role, TextPart, content_part};
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::{CreateRunRequest, RunStatus, StreamRunRequest};
-use anyhow::{Context, Result};
+use std::path::PathBuf;
+
+use antler_kit::tls::{ClientTls, ClientTlsConfig, Fields};
+use anyhow::{Result, bail};
 use tokio_stream::StreamExt;
+use tonic::transport::{Channel, Endpoint};
 
 /// A user message with `text`.
 pub fn user_message(text: &str) -> Message {
@@ -19,14 +23,81 @@ pub fn user_message(text: &str) -> Message {
     }
 }
 
-/// Connects to `endpoint`, retrying for up to `wait` (the server may still be starting).
-pub async fn connect(endpoint: &str, wait: Duration) -> Result<tonic::transport::Channel> {
+/// How a command reaches a TLS server (an `https://` address).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TlsArgs {
+    /// PEM CA certificates the server's certificate must chain to (default: the system's roots). Needs
+    /// an https:// address.
+    #[arg(long, env = "ANTLER_CA", value_name = "FILE", global = true)]
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate, for a server that asks for one (server.tls.client_ca).
+    #[arg(long, env = "ANTLER_CLIENT_CERT", value_name = "FILE", global = true, requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key of --cert.
+    #[arg(long, env = "ANTLER_CLIENT_KEY", value_name = "FILE", global = true, requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// The name the server's certificate must carry (default: the host of the address).
+    #[arg(long, env = "ANTLER_SERVER_NAME", global = true)]
+    pub server_name: Option<String>,
+}
+
+impl TlsArgs {
+    fn settings(&self) -> ClientTlsConfig {
+        ClientTlsConfig {
+            ca: self.ca.clone().unwrap_or_default(),
+            cert: self.cert.clone().unwrap_or_default(),
+            key: self.key.clone().unwrap_or_default(),
+            server_name: self.server_name.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Connects to `endpoint` (over TLS for `https://`, with `tls`), retrying for up to `wait` (the server
+/// may still be starting).
+pub async fn connect(endpoint: &str, wait: Duration, tls: &TlsArgs) -> Result<Channel> {
+    let settings = tls.settings();
+    let client = if endpoint.starts_with("https://") {
+        settings.validate(&Fields::Flags)?;
+        Some(ClientTls::load(&settings, &Fields::Flags, Duration::ZERO, None)?)
+    } else if !settings.is_empty() {
+        bail!(
+            "--ca, --cert, --key and --server-name (or ANTLER_CA, ANTLER_CLIENT_CERT, ANTLER_CLIENT_KEY, ANTLER_SERVER_NAME) are for TLS, but {endpoint} is plaintext\nhint: use --addr https://…"
+        );
+    } else {
+        None
+    };
+    connect_with(endpoint, wait, client.as_ref()).await
+}
+
+/// Connects to `endpoint` through `tls` (or plaintext), retrying for up to `wait`.
+pub async fn connect_with(endpoint: &str, wait: Duration, tls: Option<&ClientTls>) -> Result<Channel> {
     let deadline = tokio::time::Instant::now() + wait;
     loop {
-        match tonic::transport::Endpoint::from_shared(endpoint.to_owned())?.connect().await {
+        let target = Endpoint::from_shared(endpoint.to_owned())?.connect_timeout(Duration::from_secs(5));
+        let result = match tls {
+            Some(tls) => tls.connect(target).await,
+            None => target.connect().await,
+        };
+        match result {
             Ok(channel) => return Ok(channel),
             Err(error) if tokio::time::Instant::now() >= deadline => {
-                return Err(error).with_context(|| format!("cannot connect to {endpoint}"));
+                // tonic says only "transport error"; the reason (refused, an unknown certificate) is in the sources.
+                let mut reason = error.to_string();
+                let mut source = std::error::Error::source(&error);
+                while let Some(cause) = source {
+                    reason = format!("{reason}: {cause}");
+                    source = cause.source();
+                }
+                let hint = if reason.contains("certificate") {
+                    "\nhint: name the server's CA with --ca (or ANTLER_CA); a server that asks for client certificates also needs --cert and --key"
+                } else if tls.is_none()
+                    && (reason.contains("connection reset") || reason.contains("broken pipe") || reason.contains("h2 protocol"))
+                {
+                    "\nhint: a TLS server needs an https:// address"
+                } else {
+                    ""
+                };
+                bail!("cannot connect to {endpoint}: {reason}{hint}");
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
@@ -34,7 +105,7 @@ pub async fn connect(endpoint: &str, wait: Duration) -> Result<tonic::transport:
 }
 
 /// Streams a run and prints it; returns the final status.
-pub async fn stream_and_print(channel: tonic::transport::Channel, token: Option<&str>, create: CreateRunRequest) -> Result<RunStatus> {
+pub async fn stream_and_print(channel: Channel, token: Option<&str>, create: CreateRunRequest) -> Result<RunStatus> {
     let mut request = tonic::Request::new(StreamRunRequest { create: Some(create) });
     if let Some(token) = token {
         request.metadata_mut().insert("authorization", format!("Bearer {token}").parse()?);
@@ -57,7 +128,7 @@ pub enum MemoryAction {
 }
 
 /// `antler memory import|export`: one ImportMemory / ExportMemory call.
-pub async fn memory(addr: &str, token: Option<&str>, agent: &str, action: MemoryAction) -> Result<()> {
+pub async fn memory(addr: &str, token: Option<&str>, tls: &TlsArgs, agent: &str, action: MemoryAction) -> Result<()> {
     use antler_proto::memory::memory_service_client::MemoryServiceClient;
     use antler_proto::memory::{ExportMemoryRequest, ImportMemoryRequest};
     fn authed<T>(message: T, token: Option<&str>) -> Result<tonic::Request<T>> {
@@ -67,7 +138,7 @@ pub async fn memory(addr: &str, token: Option<&str>, agent: &str, action: Memory
         }
         Ok(request)
     }
-    let channel = connect(addr, Duration::from_secs(5)).await?;
+    let channel = connect(addr, Duration::from_secs(5), tls).await?;
     let mut client = MemoryServiceClient::new(channel).max_decoding_message_size(64 << 20).max_encoding_message_size(64 << 20);
     match action {
         MemoryAction::Import(path) => {

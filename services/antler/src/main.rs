@@ -41,6 +41,8 @@ enum Command {
         /// Bearer token (API key or JWT) when the server requires one.
         #[arg(long, env = "ANTLER_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        #[command(flatten)]
+        tls: client::TlsArgs,
         /// Model name (empty: the server's default).
         #[arg(long, default_value = "")]
         model: String,
@@ -69,6 +71,8 @@ enum Command {
         /// Bearer token (API key or JWT) when the server requires one.
         #[arg(long, env = "ANTLER_TOKEN", hide_env_values = true, global = true)]
         token: Option<String>,
+        #[command(flatten)]
+        tls: client::TlsArgs,
         /// Agent scope of the facts (empty: the default agent).
         #[arg(long, default_value = "", global = true)]
         agent: String,
@@ -138,11 +142,23 @@ fn spawn_demo(serve: &ServeArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let host = if addr.ip().is_unspecified() { "127.0.0.1".to_owned() } else { addr.ip().to_string() };
-    let endpoint = format!("http://{host}:{}", addr.port());
+    let host = if host.contains(':') { format!("[{host}]") } else { host };
+    // Over TLS the demo is one more in-process client: it trusts exactly the certificate the server
+    // presents, and presents the server's own when the server asks for one (as `antler up`'s clients do).
+    let tls = match antler_kit::tls::ServerTls::load(&config.server.tls, Duration::ZERO, None)? {
+        Some(server) => {
+            let fields = antler_kit::tls::Fields::Yaml("server.tls".to_owned());
+            let settings = antler_kit::tls::ClientTlsConfig::default();
+            Some(antler_kit::tls::ClientTls::for_own_server(&settings, &fields, &server, Duration::ZERO, None)?)
+        }
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = format!("{scheme}://{host}:{}", addr.port());
     let token = std::env::var("ANTLER_TOKEN").ok();
     tokio::spawn(async move {
         let result = async {
-            let channel = client::connect(&endpoint, Duration::from_secs(30)).await?;
+            let channel = client::connect_with(&endpoint, Duration::from_secs(30), tls.as_ref()).await?;
             println!("\ndemo run: the lead agent, played by the built-in `demo` replay model unless antler.yaml configures models");
             client::stream_and_print(channel, token.as_deref(), client::demo_request()).await
         }
@@ -175,8 +191,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             antler_kit::cli::run("antler", &serve, &ALL).await?
         }
-        Command::Run { text, addr, thread, token, model, plan, expected_outputs } => {
-            let channel = client::connect(&addr, Duration::from_secs(5)).await?;
+        Command::Run { text, addr, thread, token, tls, model, plan, expected_outputs } => {
+            let channel = client::connect(&addr, Duration::from_secs(5), &tls).await?;
             let create = antler_proto::runs::CreateRunRequest {
                 thread_id: thread,
                 input: vec![client::user_message(&text)],
@@ -189,7 +205,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 anyhow::bail!("the run ended {}", status.as_str_name());
             }
         }
-        Command::Memory { command, addr, token, agent } => client::memory(&addr, token.as_deref(), &agent, command_of(command)).await?,
+        Command::Memory { command, addr, token, tls, agent } => {
+            client::memory(&addr, token.as_deref(), &tls, &agent, command_of(command)).await?
+        }
         Command::Serve { service, serve } => {
             let program = format!("antler serve {}", service.registration().name);
             antler_kit::cli::run(&program, &serve, &[service.registration()]).await?;
@@ -197,6 +215,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config { command: ConfigCommand::Check { config } } => {
             let loaded = antler_kit::Config::load(config.as_deref())?;
             antler_kit::cli::validate(&loaded, &ALL)?;
+            antler_kit::tls::check(&loaded)?;
             match &loaded.path {
                 Some(path) => println!("# {} is valid; resolved (secrets masked):", path.display()),
                 None => println!("# no config file given; the built-in defaults (secrets masked):"),

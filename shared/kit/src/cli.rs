@@ -14,6 +14,7 @@ use crate::auth::Authenticator;
 use crate::client::Clients;
 use crate::config::{Config, ConfigError, reload};
 use crate::server::{self, ServeError, ServiceSet};
+use crate::tls::{ServerTls, TlsError};
 
 /// Flags shared by every server binary.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -98,6 +99,8 @@ pub enum RunError {
     Metrics(#[from] crate::prometheus::MetricsError),
     #[error(transparent)]
     Export(#[from] crate::otel::ExportError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// Validates the whole configuration, including each service's own section.
@@ -119,10 +122,13 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
         .map_err(|source| RunError::DataDir { path: config.server.data_dir.clone(), source })?;
 
     let auth = Authenticator::new(&config.server.auth)?;
+    let shutdown = crate::shutdown::on_signal();
+    // Before binding: a bad certificate path fails start-up without ever opening the port.
+    let tls_reload = Duration::from_millis(config.server.tls.reload_interval_ms);
+    let tls = ServerTls::load(&config.server.tls, tls_reload, Some(&shutdown))?;
     let listener = server::bind(&config.server, &auth).await?;
     let local_addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: config.server.listen, source })?;
-    let clients = Clients::from_config(&config.clients, local_addr)?;
-    let shutdown = crate::shutdown::on_signal();
+    let clients = Clients::for_server(&config, local_addr, tls.as_ref(), &shutdown)?;
     // Before the services are mounted, so what they record while starting is kept.
     let metrics = crate::prometheus::start(&config.server.metrics, shutdown.clone()).await?;
 
@@ -140,11 +146,17 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
 
     println!("{program} listening on {local_addr}");
     println!("  services: {}", set.names().join(", "));
-    println!("  try:      grpcurl -plaintext {local_addr} list");
+    match &tls {
+        None => println!("  try:      grpcurl -plaintext {local_addr} list"),
+        Some(tls) if tls.mutual() => {
+            println!("  try:      grpcurl -cacert <CA of server.tls.cert> -cert <client.pem> -key <client-key.pem> {local_addr} list")
+        }
+        Some(_) => println!("  try:      grpcurl -cacert <CA of server.tls.cert> {local_addr} list"),
+    }
     if let Some(endpoint) = &metrics {
         println!("  metrics:  http://{}/metrics", endpoint.local_addr);
     }
-    let served = server::serve(listener, set, &config.server, auth, shutdown).await;
+    let served = server::serve_with_tls(listener, set, &config.server, auth, tls, shutdown).await;
     telemetry.shutdown().await;
     served?;
     Ok(())
@@ -208,9 +220,11 @@ async fn apply_reloads(mut updates: watch::Receiver<Arc<Config>>, auth: Authenti
             || old.metrics.buckets != new.metrics.buckets
             || old.metrics.buckets_by_metric != new.metrics.buckets_by_metric
             || old.tracing.otlp_endpoint != new.tracing.otlp_endpoint
+            || old.tls != new.tls
+            || previous.clients.iter().zip(current.clients.iter()).any(|((_, a), (_, b))| a.tls != b.tls || a.endpoint != b.endpoint)
         {
             tracing::warn!(
-                "server.listen, data_dir, max_message_bytes, the concurrency limits, server.metrics and server.tracing take effect after a restart"
+                "server.listen, data_dir, max_message_bytes, the concurrency limits, server.metrics, server.tracing, server.tls and clients.*.endpoint/tls take effect after a restart (the contents of the certificate files reload by themselves)"
             );
         }
         previous = current;

@@ -10,12 +10,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::auth::{ACT_AS_HEADER, Identity, Principal};
-use crate::config::{ClientConfig, ClientsConfig, ConfigError};
+use crate::config::{ClientConfig, ClientsConfig, Config, ConfigError};
 use crate::status::{is_retryable, retry_after};
+use crate::tls::{ClientTls, Fields, ServerTls};
 use crate::trace_context::{TRACEPARENT, TraceContext};
 
 /// Who a call is made for, and in which trace: taken from the incoming request a handler is serving.
@@ -127,18 +129,56 @@ pub struct Clients {
 }
 
 impl Clients {
-    /// Builds the channels. An empty endpoint means `own_addr` (every service in one process).
+    /// Builds the channels. An empty endpoint means `own_addr` (every service in one process), over
+    /// plaintext; an `https://` endpoint uses its `tls` settings (certificate files not reloaded).
     pub fn from_config(config: &ClientsConfig, own_addr: SocketAddr) -> Result<Self, ConfigError> {
+        Self::build(config, own_addr, None, Duration::ZERO, None)
+    }
+
+    /// The channels of a server process: an empty endpoint calls `own_addr` over TLS when the server
+    /// serves it (`own_tls`), and every client's certificate files are polled every
+    /// `server.tls.reload_interval_ms` until `shutdown`.
+    pub fn for_server(
+        config: &Config,
+        own_addr: SocketAddr,
+        own_tls: Option<&ServerTls>,
+        shutdown: &CancellationToken,
+    ) -> Result<Self, ConfigError> {
+        let interval = Duration::from_millis(config.server.tls.reload_interval_ms);
+        Self::build(&config.clients, own_addr, own_tls, interval, Some(shutdown))
+    }
+
+    pub(crate) fn build(
+        config: &ClientsConfig,
+        own_addr: SocketAddr,
+        own_tls: Option<&ServerTls>,
+        reload_interval: Duration,
+        shutdown: Option<&CancellationToken>,
+    ) -> Result<Self, ConfigError> {
         let own = loopback_form(own_addr);
         let mut clients = HashMap::new();
         for (name, client) in config.iter() {
-            let url = if client.endpoint.is_empty() { format!("http://{own}") } else { client.endpoint.clone() };
+            let same_process = client.endpoint.is_empty();
+            let fields = Fields::Yaml(format!("clients.{name}.tls"));
+            let (url, tls) = match (same_process, own_tls) {
+                (true, Some(server)) => {
+                    (format!("https://{own}"), Some(ClientTls::for_own_server(&client.tls, &fields, server, reload_interval, shutdown)?))
+                }
+                (true, None) => (format!("http://{own}"), None),
+                (false, _) if client.endpoint.starts_with("https://") => {
+                    (client.endpoint.clone(), Some(ClientTls::load(&client.tls, &fields, reload_interval, shutdown)?))
+                }
+                (false, _) => (client.endpoint.clone(), None),
+            };
             let endpoint = Endpoint::from_shared(url.clone())
                 .map_err(|e| ConfigError::Invalid { path: format!("clients.{name}.endpoint"), message: format!("`{url}`: {e}") })?
                 .connect_timeout(Duration::from_millis(client.connect_timeout_ms))
                 .tcp_nodelay(true);
-            let same_process = client.endpoint.is_empty();
-            clients.insert(name, ServiceClient { channel: endpoint.connect_lazy(), config: client.clone(), same_process });
+            let channel = match &tls {
+                Some(tls) => tls.channel(endpoint),
+                None => endpoint.connect_lazy(),
+            };
+            clients.insert(name, ServiceClient { channel, config: client.clone(), same_process });
         }
         Ok(Self { clients: Arc::new(clients) })
     }

@@ -16,6 +16,7 @@ use serde_yaml_ng::{Mapping, Value};
 use sha2::Digest;
 
 use crate::auth::AuthConfig;
+use crate::tls::{ClientTlsConfig, ServerTlsConfig};
 
 /// The top-level sections `antler.yaml` may contain.
 pub const SECTIONS: &[&str] = &["server", "clients", "runs", "sandbox", "mcp", "models", "memory"];
@@ -39,6 +40,8 @@ pub enum ConfigError {
     Invalid { path: String, message: String },
     #[error("`{path}` = {value} is out of range: {limit}")]
     OutOfRange { path: String, value: String, limit: String },
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// The `server` section: how this process listens and protects itself.
@@ -75,6 +78,8 @@ pub struct ServerConfig {
     pub metrics: MetricsConfig,
     /// Export of the `tracing` spans (OTLP).
     pub tracing: TracingConfig,
+    /// TLS for this server's listener (off when `cert` is empty).
+    pub tls: ServerTlsConfig,
 }
 
 impl Default for ServerConfig {
@@ -93,6 +98,7 @@ impl Default for ServerConfig {
             log: LogConfig::default(),
             metrics: MetricsConfig::default(),
             tracing: TracingConfig::default(),
+            tls: ServerTlsConfig::default(),
         }
     }
 }
@@ -289,6 +295,9 @@ pub struct ClientConfig {
     /// Bearer token this service presents when it acts on its own (no caller credential to forward),
     /// for example a background worker. It must map to a service principal on the callee.
     pub service_token: String,
+    /// TLS settings of this channel (see [`crate::tls`]): used for an `https://` endpoint, and for an
+    /// empty one when `server.tls` is on.
+    pub tls: ClientTlsConfig,
 }
 
 impl Default for ClientConfig {
@@ -301,6 +310,7 @@ impl Default for ClientConfig {
             backoff_base_ms: 100,
             backoff_max_ms: 2_000,
             service_token: String::new(),
+            tls: ClientTlsConfig::default(),
         }
     }
 }
@@ -430,6 +440,7 @@ impl Config {
             check_range(&format!("{path}.retries"), u64::from(client.retries), 0, 20)?;
             check_range(&format!("{path}.backoff_max_ms"), client.backoff_max_ms, client.backoff_base_ms, 600_000)?;
         }
+        crate::tls::validate(self)?;
         Ok(())
     }
 }
@@ -480,11 +491,14 @@ fn is_secret_key(key: &str) -> bool {
 }
 
 /// Calls `f` on every non-empty string stored under a secret-looking key (see [`is_secret_key`]).
+/// A `tls` mapping holds file paths (`key: /etc/antler/tls.key`), not secrets: masking or redacting a
+/// path would only hide which file an error is about.
 fn for_each_secret(value: &mut Value, f: &mut dyn FnMut(&mut String)) {
     match value {
         Value::Mapping(map) => {
             for (key, item) in map.iter_mut() {
                 match item {
+                    Value::Mapping(_) if env::key_name(key) == "tls" => {}
                     Value::String(s) if is_secret_key(&env::key_name(key)) && !s.is_empty() => f(s),
                     _ => for_each_secret(item, f),
                 }
@@ -578,6 +592,40 @@ mod tests {
         assert!(!yaml.contains("alice-secret-key"), "{yaml}");
         assert!(yaml.contains("****") && yaml.contains("alice"), "{yaml}");
         Ok(())
+    }
+
+    #[test]
+    fn tls_file_paths_are_neither_masked_nor_redacted() -> Result<(), ConfigError> {
+        let config = parse("server:\n  tls:\n    cert: /etc/antler/tls/server-crt.pem\n    key: /etc/antler/tls/server-key-77.pem\n")?;
+        let yaml = config.to_masked_yaml();
+        assert!(yaml.contains("/etc/antler/tls/server-key-77.pem"), "{yaml}");
+        assert_eq!(crate::redact::redact("cannot read /etc/antler/tls/server-key-77.pem"), "cannot read /etc/antler/tls/server-key-77.pem");
+        Ok(())
+    }
+
+    #[test]
+    fn tls_settings_are_checked_with_their_paths() {
+        let error = |text: &str| parse(text).err().map(|e| e.to_string()).unwrap_or_default();
+        let text = error("server:\n  tls:\n    cert: /a.pem\n");
+        assert!(text.contains("server.tls.key") && text.contains("hint:"), "{text}");
+        let text = error("server:\n  tls:\n    client_ca: /ca.pem\n");
+        assert!(text.contains("server.tls.client_ca"), "{text}");
+        let text = error("server:\n  tls:\n    cert: /a.pem\n    key: /a.key\n    handshake_timeout_ms: 0\n");
+        assert!(text.contains("server.tls.handshake_timeout_ms"), "{text}");
+        let text = error("clients:\n  models:\n    endpoint: http://models:50051\n    tls:\n      ca: /ca.pem\n");
+        assert!(text.contains("clients.models.tls") && text.contains("https://"), "{text}");
+        let text = error("clients:\n  models:\n    tls:\n      ca: /ca.pem\n");
+        assert!(text.contains("clients.models.tls") && text.contains("server.tls"), "{text}");
+        let text = error("clients:\n  models:\n    endpoint: https://models:50051\n    tls:\n      cert: /c.pem\n");
+        assert!(text.contains("clients.models.tls.key"), "{text}");
+        let text = error("clients:\n  models:\n    endpoint: https://models:50051\n    tls:\n      server_name: \"not a name\"\n");
+        assert!(text.contains("clients.models.tls.server_name"), "{text}");
+        assert!(
+            parse(
+                "clients:\n  models:\n    endpoint: https://models:50051\n    tls:\n      ca: /ca.pem\n      server_name: models.internal\n"
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What every Antler service shares: server bootstrap ([`server`]), authentication ([`auth`]), trace
 //! context ([`trace_context`]), the concurrency limit ([`limit`]), shutdown ([`shutdown`]), configuration
-//! ([`config`]), client-supplied map keys ([`input_keys`]), outbound clients ([`client`]), the Prometheus endpoint ([`prometheus`]), status helpers ([`status`]), secret redaction ([`redact`]), logging ([`telemetry`]) and
+//! ([`config`]), client-supplied map keys ([`input_keys`]), outbound clients ([`client`]), the Prometheus endpoint ([`prometheus`]), status helpers ([`status`]), secret redaction ([`redact`]), logging ([`telemetry`]), TLS ([`tls`]) and
 //! the command line every service binary accepts ([`cli`]).
 
 pub mod auth;
@@ -18,6 +18,7 @@ pub mod server;
 pub mod shutdown;
 pub mod status;
 pub mod telemetry;
+pub mod tls;
 pub mod trace_context;
 
 pub use auth::{Authenticator, Identity};

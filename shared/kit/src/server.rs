@@ -1,6 +1,9 @@
 //! Server bootstrap shared by every binary: health, reflection, tracing, authentication, limits and
 //! graceful shutdown around whatever services a binary mounts.
 //!
+//! Over TLS when `server.tls` is set (see [`crate::tls`]): connections are then accepted by the kit's
+//! TLS acceptor and handed to tonic through `serve_with_incoming`.
+//!
 //! Layer order, outermost first: redaction of status messages (so no layer's refusal can carry a
 //! secret out), trace (so refusals are logged inside the request's span), auth,
 //! concurrency limit, message-size status mapping, then the routes. Health answers NOT_SERVING until the listener accepts and again
@@ -24,6 +27,7 @@ use crate::config::ServerConfig;
 use crate::limit::ConcurrencyLayer;
 use crate::message_size::MessageSizeLayer;
 use crate::redact::RedactLayer;
+use crate::tls::ServerTls;
 use crate::trace_context::TraceLayer;
 
 /// Failures of start-up or serving.
@@ -33,6 +37,10 @@ pub enum ServeError {
         "refusing to listen on {addr} without authentication\nhint: enable server.auth (api_keys or jwt), listen on a loopback address, or set server.allow_insecure: true if a proxy in front authenticates"
     )]
     InsecureBind { addr: SocketAddr },
+    #[error(
+        "refusing to serve plaintext gRPC on {addr}: server.tls.required is set and server.tls.cert is empty\nhint: set server.tls.cert and server.tls.key, listen on a loopback address, or set server.tls.required: false"
+    )]
+    PlaintextBind { addr: SocketAddr },
     #[error("cannot listen on {addr}: {source}\nhint: is another process using the port? pass --listen 127.0.0.1:0 for a free one")]
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("reflection setup failed: {0}")]
@@ -41,10 +49,21 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Refuses a configuration that would expose unauthenticated services beyond this machine.
+/// Refuses a configuration that would expose unauthenticated services beyond this machine, and
+/// plaintext beyond it when `server.tls.required` (without it, plaintext there is a logged warning).
 pub fn check_bind(config: &ServerConfig, auth: &Authenticator) -> Result<(), ServeError> {
-    if !auth.enabled() && !config.listen.ip().is_loopback() && !config.allow_insecure {
+    let network = !config.listen.ip().is_loopback();
+    if !auth.enabled() && network && !config.allow_insecure {
         return Err(ServeError::InsecureBind { addr: config.listen });
+    }
+    if network && !config.tls.enabled() {
+        if config.tls.required {
+            return Err(ServeError::PlaintextBind { addr: config.listen });
+        }
+        tracing::warn!(
+            addr = %config.listen,
+            "serving plaintext gRPC on a non-loopback address: tokens and data cross the network unencrypted; set server.tls.cert and server.tls.key (server.tls.required: true refuses to start like this)"
+        );
     }
     Ok(())
 }
@@ -135,12 +154,24 @@ macro_rules! add_service {
     }};
 }
 
-/// Serves `services` on `listener` until `shutdown` is cancelled, then drains.
+/// Serves `services` on `listener` (plaintext) until `shutdown` is cancelled, then drains.
 pub async fn serve(
     listener: TcpListener,
     services: ServiceSet,
     config: &ServerConfig,
     auth: Authenticator,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    serve_with_tls(listener, services, config, auth, None, shutdown).await
+}
+
+/// Like [`serve`], over TLS when `tls` is given (see [`ServerTls::load`]).
+pub async fn serve_with_tls(
+    listener: TcpListener,
+    services: ServiceSet,
+    config: &ServerConfig,
+    auth: Authenticator,
+    tls: Option<ServerTls>,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -184,8 +215,6 @@ pub async fn serve(
     let router = builder.layer(layers).add_routes(routes.routes());
 
     let addr = listener.local_addr().ok();
-    // Without TCP_NODELAY the last frames of a streamed reply wait on a delayed ACK (~40 ms).
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let draining = {
         let shutdown = shutdown.clone();
         let reporter = reporter.clone();
@@ -196,12 +225,19 @@ pub async fn serve(
             tracing::info!("draining: health is NOT_SERVING, no new connections are accepted");
         }
     };
-    let server = router.serve_with_incoming_shutdown(incoming, draining);
+    let server: futures::future::BoxFuture<'_, Result<(), tonic::transport::Error>> = match &tls {
+        Some(tls) => Box::pin(router.serve_with_incoming_shutdown(tls.incoming(listener, shutdown.clone()), draining)),
+        None => {
+            // Without TCP_NODELAY the last frames of a streamed reply wait on a delayed ACK (~40 ms).
+            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            Box::pin(router.serve_with_incoming_shutdown(incoming, draining))
+        }
+    };
     tokio::pin!(server);
 
     // The listener is bound and accepting from here on.
     set_all(&reporter, &names, ServingStatus::Serving).await;
-    tracing::info!(addr = ?addr, services = ?names, "serving");
+    tracing::info!(addr = ?addr, services = ?names, tls = tls.is_some(), mtls = tls.as_ref().is_some_and(ServerTls::mutual), "serving");
 
     let grace = Duration::from_secs(config.shutdown_grace_secs);
     // The drain deadline is `grace` after the signal; both phases below share it.
