@@ -114,8 +114,10 @@ impl Fields {
 pub struct Query(Vec<(String, String)>);
 
 impl Query {
+    /// A parameter with an empty value counts as absent: httpx writes a Python `None` as `key=`
+    /// (langgraph-sdk's join_stream sends `stream_mode=` when no mode is given).
     pub fn parse(raw: Option<&str>) -> Self {
-        Self(raw.map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default())
+        Self(raw.map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().filter(|(_, v)| !v.is_empty()).collect()).unwrap_or_default())
     }
 
     pub fn last(&self, key: &str) -> Option<&str> {
@@ -179,5 +181,6 @@ mod tests {
         assert_eq!(query.bool("cancel_on_disconnect").ok().flatten(), Some(false));
         assert_eq!(query.all("stream_mode"), vec!["values", "updates"]);
         assert!(Query::parse(Some("wait=maybe")).bool("wait").is_err());
+        assert!(Query::parse(Some("stream_mode=&wait=1")).all("stream_mode").is_empty());
     }
 }
