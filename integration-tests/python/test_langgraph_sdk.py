@@ -390,6 +390,82 @@ def test_join_after_a_disconnect_resumes_with_no_gap_and_no_duplicate(server: Se
     run(body)
 
 
+class CuttingProxy:
+    """A loopback TCP proxy that drops the first connection carrying a run stream once it has passed
+    ``cut_after`` bytes of the answer, the way a proxy timeout or a restart cuts a stream mid-run."""
+
+    def __init__(self, upstream: str, cut_after: int) -> None:
+        self.host, port = upstream.removeprefix("http://").split(":")
+        self.port, self.cut_after, self.cuts = int(port), cut_after, 0
+        self.server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection(self.host, self.port)
+        streaming = asyncio.Event()
+
+        async def up() -> None:
+            while data := await client_r.read(65536):
+                if b"/runs/stream" in data and self.cuts == 0:
+                    streaming.set()
+                server_w.write(data)
+                await server_w.drain()
+
+        async def down() -> None:
+            passed = 0
+            while data := await server_r.read(1024):
+                if streaming.is_set() and self.cuts == 0:
+                    passed += len(data)
+                    if passed > self.cut_after:
+                        self.cuts += 1
+                        return
+                client_w.write(data)
+                await client_w.drain()
+
+        tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        for writer in (client_w, server_w):
+            writer.close()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+def test_the_sdk_reconnects_a_cut_stream_by_itself_with_no_gap_and_no_duplicate(server: Server) -> None:
+    async def body() -> None:
+        proxy = CuttingProxy(server.url, cut_after=4000)
+        url = await proxy.start()
+        try:
+            client = get_client(url=url, api_key=ALICE)
+            thread = await client.threads.create()
+            created: dict = {}
+            parts = [
+                part
+                async for part in client.runs.stream(
+                    thread["thread_id"], "lead", input=user("talk slowly"), config=slow(), stream_mode=["messages-tuple", "values"],
+                    on_run_created=lambda meta: created.update(meta),
+                )
+            ]
+        finally:
+            proxy.close()
+        assert proxy.cuts == 1, "the proxy cut the stream once"
+        assert parts[-1].event == "end"
+        direct = get_client(url=server.url, api_key=ALICE)
+        whole = [p async for p in direct.runs.join_stream(thread["thread_id"], created["run_id"])]
+        # The SDK followed Location with Last-Event-ID: what it yielded is the durable log, exactly.
+        assert [(p.id, p.event, p.data) for p in parts] == [(p.id, p.event, p.data) for p in whole]
+        assert "".join(p.data[0]["content"] for p in parts if p.event == "messages") == SLOW_ANSWER
+        assert (await direct.runs.get(thread["thread_id"], created["run_id"]))["status"] == "success"
+
+    run(body)
+
+
 def test_a_disconnect_with_on_disconnect_cancel_interrupts_the_run(server: Server) -> None:
     async def body() -> None:
         client = get_client(url=server.url, api_key=ALICE)

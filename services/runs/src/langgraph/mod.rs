@@ -150,6 +150,17 @@ async fn gate(State(edge): State<Arc<Edge>>, mut request: Request, next: Next) -
     next.run(request).instrument(span).await
 }
 
+/// The gRPC listener's rule for this one: no unauthenticated API beyond this machine unless a proxy
+/// in front authenticates (`server.allow_insecure`).
+fn check_bind(addr: SocketAddr, auth_enabled: bool, allow_insecure: bool) -> Result<(), String> {
+    if !auth_enabled && !addr.ip().is_loopback() && !allow_insecure {
+        return Err(format!(
+            "refusing to serve the LangGraph API on {addr} without authentication (runs.langgraph_api.listen)\nhint: enable server.auth, listen on a loopback address, or set server.allow_insecure: true if a proxy in front authenticates"
+        ));
+    }
+    Ok(())
+}
+
 /// Serves the edge when `runs.langgraph_api.listen` is set, until `engine.shutdown`. Returns the
 /// address it listens on (None when off). Like the gRPC listener, a non-loopback address needs
 /// authentication unless `server.allow_insecure` is set.
@@ -161,12 +172,7 @@ pub async fn start(
 ) -> Result<Option<SocketAddr>, BoxError> {
     let config = engine.config.langgraph_api.clone();
     let Some(addr) = config.listen_addr()? else { return Ok(None) };
-    if !ctx.auth.enabled() && !addr.ip().is_loopback() && !ctx.config.server.allow_insecure {
-        return Err(format!(
-            "refusing to serve the LangGraph API on {addr} without authentication (runs.langgraph_api.listen)\nhint: enable server.auth, listen on a loopback address, or set server.allow_insecure: true if a proxy in front authenticates"
-        )
-        .into());
-    }
+    check_bind(addr, ctx.auth.enabled(), ctx.config.server.allow_insecure)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr} (runs.langgraph_api.listen): {e}\nhint: is another process using the port?"))?;
@@ -192,4 +198,28 @@ pub async fn start(
     );
     tracing::info!(addr = %local, "serving the LangGraph API");
     Ok(Some(local))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unauthenticated_edge_stays_on_loopback_unless_allowed() {
+        let public: SocketAddr = "0.0.0.0:2024".parse().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 2024)));
+        let local: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 2024));
+        assert!(check_bind(public, false, false).is_err_and(|e| e.contains("runs.langgraph_api.listen")));
+        assert!(check_bind(public, true, false).is_ok());
+        assert!(check_bind(public, false, true).is_ok());
+        assert!(check_bind(local, false, false).is_ok());
+    }
+
+    #[test]
+    fn the_listen_setting_is_checked_by_name() {
+        let bad = LangGraphApiConfig { listen: "localhost:2024".to_owned(), ..LangGraphApiConfig::default() };
+        assert!(bad.validate().is_err_and(|e| e.to_string().contains("runs.langgraph_api.listen")));
+        assert!(matches!(LangGraphApiConfig::default().listen_addr(), Ok(None)), "off by default");
+        let zero = LangGraphApiConfig { max_concurrent_requests: 0, ..LangGraphApiConfig::default() };
+        assert!(zero.validate().is_err_and(|e| e.to_string().contains("max_concurrent_requests")));
+    }
 }
