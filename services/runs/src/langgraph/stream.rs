@@ -169,6 +169,9 @@ pub struct Translator {
     thread_id: String,
     /// The connection replays the run from its first event (not a resume).
     from_start: bool,
+    /// Still at the run's input echo (the messages it was given, written right after METADATA): a
+    /// LangGraph stream does not send a run's input back as `messages` frames.
+    at_input: bool,
     messages: HashMap<String, Value>,
     previous: Option<(Vec<String>, Map<String, Value>)>,
     streamed: HashSet<String>,
@@ -182,6 +185,7 @@ impl Translator {
             run_id: run_id.to_owned(),
             thread_id: thread_id.to_owned(),
             from_start: after_seq == 0,
+            at_input: after_seq == 0,
             messages: HashMap::new(),
             previous: None,
             streamed: HashSet::new(),
@@ -205,6 +209,9 @@ impl Translator {
     /// The frames `event` produces, in the order the modes were asked for.
     pub async fn translate(&mut self, event: &RunEvent, source: &impl CheckpointSource) -> Vec<Frame> {
         let Some(kind) = &event.kind else { return Vec::new() };
+        if !matches!(kind, Kind::Metadata(_) | Kind::Message(_) | Kind::Heartbeat(_)) {
+            self.at_input = false;
+        }
         let mut out = Vec::new();
         match kind {
             Kind::Heartbeat(_) => out.push(Frame::Heartbeat),
@@ -254,6 +261,9 @@ impl Translator {
                 let lc = to_langchain(message);
                 self.messages.insert(message.id.clone(), lc.clone());
                 let role = antler_proto::common::Role::try_from(message.role).unwrap_or(antler_proto::common::Role::Unspecified);
+                if self.at_input {
+                    return out;
+                }
                 for mode in self.modes.clone() {
                     match (mode, role) {
                         (StreamMode::MessagesTuple, antler_proto::common::Role::Tool) => {

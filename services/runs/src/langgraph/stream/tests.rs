@@ -258,3 +258,17 @@ fn frames_are_one_line_of_data() {
     let frame = Frame::Event { name: "values".to_owned(), data: json!({"text": "a\nb"}) };
     assert_eq!(encode(&frame, "4"), "event: values\ndata: {\"text\":\"a\\nb\"}\nid: 4\n\n");
 }
+
+#[tokio::test]
+async fn the_run_s_input_is_not_sent_back_as_messages_frames() {
+    let seeded = [
+        event(1, Kind::Metadata(Metadata { run_id: "r".to_owned(), thread_id: "t".to_owned(), attempt: 1, ..Metadata::default() })),
+        event(2, Kind::Message(MessageEvent { message: Some(message("u1", Role::User, "hi")) })),
+        event(3, Kind::Message(MessageEvent { message: Some(message("seeded", Role::Assistant, "an earlier answer")) })),
+        event(4, Kind::MessageDelta(MessageDelta { message_id: "a1".to_owned(), text: "new".to_owned(), ..MessageDelta::default() })),
+        event(5, Kind::Message(MessageEvent { message: Some(message("m2", Role::Tool, "ok")) })),
+    ];
+    let frames = run_all(vec![StreamMode::MessagesTuple], &seeded, &Fake::default()).await;
+    let ids: Vec<Value> = data(&frames, "messages").iter().map(|m| m[0]["id"].clone()).collect();
+    assert_eq!(ids, [json!("a1"), json!("m2")], "input echoes are skipped, the agent's own messages are not");
+}
