@@ -44,6 +44,8 @@ SLOW_ANSWER = " ".join(f"word{i:03d}" for i in range(120))
 CONFIG = f"""
 server:
   shutdown_grace_secs: 5
+  metrics:
+    listen: 127.0.0.1:0
   auth:
     enabled: true
     api_keys:
@@ -91,6 +93,10 @@ class Server:
     url: str
     stdout: Path
     stderr: Path
+
+    def metrics(self) -> str:
+        urls = [line.split("metrics:", 1)[1].strip() for line in self.stdout.read_text().splitlines() if line.strip().startswith("metrics:")]
+        return httpx.get(urls[0]).text
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name} ---\n{p.read_text(errors='replace')[-4000:]}" for p in (self.stdout, self.stderr))
@@ -619,3 +625,19 @@ def test_bad_input_is_refused_naming_the_field(server: Server) -> None:
         assert stateless.status_code == 501 and "stateless runs" in stateless.json()["detail"]
 
     run(body)
+
+
+def test_requests_are_counted_by_endpoint_and_status(server: Server) -> None:
+    def count(endpoint: str, status: str) -> float:
+        labels = (f'endpoint="{endpoint}"', f'status="{status}"')
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in server.metrics().splitlines()
+            if line.startswith("antler_langgraph_requests_total{") and all(label in line for label in labels)
+        )
+
+    before_ok, before_refused = count("threads", "200"), count("threads", "401")
+    assert httpx.post(f"{server.url}/threads", json={}, headers={"x-api-key": ALICE}).status_code == 200
+    assert httpx.post(f"{server.url}/threads", json={}).status_code == 401
+    assert count("threads", "200") == before_ok + 1
+    assert count("threads", "401") == before_refused + 1

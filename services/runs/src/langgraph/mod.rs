@@ -130,9 +130,36 @@ fn is_public(path: &str) -> bool {
     matches!(path, "/ok" | "/info")
 }
 
+/// The `endpoint` label of `antler_langgraph_requests_total`: a fixed word per kind of call.
+fn endpoint_of(path: &str) -> &'static str {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["ok"] | ["info"] => "system",
+        ["assistants", ..] => "assistants",
+        ["threads", _, "runs", "stream"] | ["threads", _, "runs", _, "stream"] => "stream",
+        ["threads", _, "runs", "wait"] => "wait",
+        ["threads", _, "runs", _, "join"] => "join",
+        ["threads", _, "runs", _, "cancel"] => "cancel",
+        ["threads", _, "runs", ..] => "runs",
+        ["threads", _, "state", ..] => "state",
+        ["threads", _, "history"] => "history",
+        ["threads", ..] => "threads",
+        _ => "other",
+    }
+}
+
+/// Counts each request by endpoint and HTTP status (both bounded sets), then passes it to [`admit`].
+async fn gate(State(edge): State<Arc<Edge>>, request: Request, next: Next) -> Response {
+    let endpoint = endpoint_of(request.uri().path());
+    let response = admit(edge, request, next).await;
+    metrics::counter!("antler_langgraph_requests_total", "endpoint" => endpoint, "status" => response.status().as_str().to_owned())
+        .increment(1);
+    response
+}
+
 /// Sheds load beyond `max_concurrent_requests` (429, not a queue), authenticates, and hands the
 /// handler its [`Caller`].
-async fn gate(State(edge): State<Arc<Edge>>, mut request: Request, next: Next) -> Response {
+async fn admit(edge: Arc<Edge>, mut request: Request, next: Next) -> Response {
     let Ok(permit) = edge.permits.clone().try_acquire_owned() else {
         return ApiError::busy(edge.config.max_concurrent_requests).into_response();
     };
@@ -212,6 +239,16 @@ mod tests {
         assert!(check_bind(public, true, false).is_ok());
         assert!(check_bind(public, false, true).is_ok());
         assert!(check_bind(local, false, false).is_ok());
+    }
+
+    #[test]
+    fn endpoints_are_a_fixed_set_of_words() {
+        assert_eq!(endpoint_of("/threads/t-1/runs/stream"), "stream");
+        assert_eq!(endpoint_of("/threads/t-1/runs/r-1/stream"), "stream");
+        assert_eq!(endpoint_of("/threads/t-1/runs/r-1"), "runs");
+        assert_eq!(endpoint_of("/threads/t-1/state/c-1"), "state");
+        assert_eq!(endpoint_of("/threads/search"), "threads");
+        assert_eq!(endpoint_of("/store/items"), "other");
     }
 
     #[test]
