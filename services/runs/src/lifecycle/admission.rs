@@ -18,9 +18,6 @@ use super::{ACTIVE, Ending, FINALIZING, INTERRUPTED, PENDING, end_by_service};
 /// Largest request kept whole in the `runs` row; a larger one's input goes to `run_inputs`.
 pub const INLINE_REQUEST_BYTES: usize = 4096;
 
-/// The LangGraph stream modes a run may record (`CreateRunRequest.langgraph_stream_modes`): the ones
-/// the LangGraph edge (`crate::langgraph`) can translate Antler's events into.
-pub const LANGGRAPH_STREAM_MODES: [&str; 5] = ["values", "updates", "messages-tuple", "events", "custom"];
 use crate::config::CONTEXT_OWNED_KEYS;
 use crate::engine::{Engine, StopCause};
 use crate::error::RunsError;
@@ -28,6 +25,10 @@ use crate::store::entity::{run_inputs, runs, threads};
 use crate::store::now_ms;
 use crate::stream::{first_event, insert_rows};
 use crate::threads::valid_thread_id;
+
+/// The LangGraph stream modes a run may record (`CreateRunRequest.langgraph_stream_modes`): the ones
+/// the LangGraph edge (`crate::langgraph`) can translate Antler's events into.
+pub const LANGGRAPH_STREAM_MODES: [&str; 5] = ["values", "updates", "messages-tuple", "events", "custom"];
 
 /// The result of admission.
 #[derive(Debug)]

@@ -245,6 +245,11 @@ fn frame_ids_resume_between_frames_of_one_event() {
 }
 
 #[test]
+fn the_modes_a_run_may_record_are_the_modes_the_edge_serves() {
+    assert_eq!(StreamMode::ALL.map(StreamMode::name), crate::lifecycle::admission::LANGGRAPH_STREAM_MODES);
+}
+
+#[test]
 fn stream_modes_parse_and_refuse_with_a_reason() {
     assert_eq!(StreamMode::parse("messages-tuple"), Ok(StreamMode::MessagesTuple));
     assert!(StreamMode::parse("messages").is_err_and(|why| why.contains("messages-tuple")));
