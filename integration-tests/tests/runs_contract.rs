@@ -361,3 +361,74 @@ async fn a_corrupt_stored_request_fails_the_run_instead_of_running_an_empty_one(
     }
     Ok(())
 }
+
+/// `create_thread` (LangGraph's if_not_exists=create) makes the named thread in the run's admission
+/// transaction: a refused run leaves no thread, concurrent creators of one id share one thread, and
+/// an existing thread is used as it is (its multitask policy applies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_thread_makes_the_named_thread_with_the_run_or_not_at_all() -> anyhow::Result<()> {
+    for backend in BACKENDS {
+        let db = TestDb::new(backend).await?;
+        let server = start_runs(&db, "")?;
+        let (mut runs, mut threads) = clients(&server).await?;
+        let get = |id: &str| GetThreadRequest { thread_id: id.to_owned() };
+
+        let missing = CreateRunRequest { create_thread: false, ..run_request("t-named-1", json!([{"say": "hi"}])) };
+        let refused = runs.create_run(authed(missing, ALICE)).await.map(|_| ());
+        assert_eq!(refused.map_err(|s| s.code()), Err(Code::NotFound), "{backend:?}: without create_thread a missing thread is NOT_FOUND");
+
+        // Refused inside the admission transaction (after the thread row was written): nothing stays.
+        let bad = CreateRunRequest {
+            create_thread: true,
+            checkpoint_id: "no-such-checkpoint".to_owned(),
+            ..run_request("t-named-1", json!([{"say": "hi"}]))
+        };
+        let refused = runs.create_run(authed(bad, ALICE)).await.map(|_| ());
+        assert_eq!(refused.map_err(|s| s.code()), Err(Code::NotFound), "{backend:?}");
+        let thread = threads.get_thread(authed(get("t-named-1"), ALICE)).await.map(|_| ());
+        assert_eq!(thread.map_err(|s| s.code()), Err(Code::NotFound), "{backend:?}: a refused run left its thread behind");
+
+        // Four creators of one new id at once: one thread, four runs (ENQUEUE queues them).
+        let mut tasks = Vec::new();
+        for i in 0..4 {
+            let mut runs = runs.clone();
+            let request = CreateRunRequest {
+                create_thread: true,
+                multitask_strategy: MultitaskStrategy::Enqueue as i32,
+                ..run_request("t-named-2", json!([{"say": format!("hi {i}")}]))
+            };
+            tasks.push(tokio::spawn(async move {
+                runs.create_run(authed(request, ALICE)).await.map(|r| r.into_inner().run.unwrap_or_default())
+            }));
+        }
+        let mut admitted = Vec::new();
+        for task in tasks {
+            admitted.push(task.await??);
+        }
+        assert!(admitted.iter().all(|r| r.thread_id == "t-named-2"), "{backend:?}: {admitted:?}");
+        for run in &admitted {
+            wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+        }
+        let listed = runs
+            .list_runs(authed(ListRunsRequest { thread_id: "t-named-2".to_owned(), ..Default::default() }, ALICE))
+            .await?
+            .into_inner()
+            .runs;
+        assert_eq!(listed.len(), 4, "{backend:?}");
+        assert!(listed.iter().all(|r| r.status() == RunStatus::Success), "{backend:?}: {listed:?}");
+
+        // An existing thread is used as it is; bob's create_thread of the same id makes his own.
+        let again = CreateRunRequest { create_thread: true, ..run_request("t-named-2", json!([{"say": "again"}])) };
+        let run = run_to_end(&mut runs, again, T).await?;
+        assert_eq!(run.status(), RunStatus::Success, "{backend:?}");
+        let bobs = CreateRunRequest { create_thread: true, ..run_request("t-named-2", json!([{"say": "mine"}])) };
+        let bobs = runs.create_run(authed(bobs, BOB)).await?.into_inner().run.unwrap_or_default();
+        let bob_runs = runs
+            .list_runs(authed(ListRunsRequest { thread_id: "t-named-2".to_owned(), ..Default::default() }, BOB))
+            .await?
+            .into_inner()
+            .runs;
+        assert_eq!(bob_runs.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(), vec![bobs.run_id], "{backend:?}: threads are per owner");
+    }
+    Ok(())
+}

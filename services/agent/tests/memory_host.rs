@@ -35,6 +35,7 @@ async fn services(turns: &str, dir: &std::path::Path) -> anyhow::Result<(Clients
         clients: clients.clone(),
         shutdown: shutdown.clone(),
         local_addr: addr,
+        auth: auth.clone(),
     };
     let mut set = ServiceSet::new(&config.server);
     for service in [antler_models::SERVICE, antler_sandbox::SERVICE] {

@@ -116,7 +116,14 @@ impl Server {
         let shutdown = CancellationToken::new();
         let config = Arc::new(config);
         let (updates_tx, updates) = watch::channel(config.clone());
-        let ctx = ServiceContext { config: config.clone(), config_updates: updates, clients, shutdown: shutdown.clone(), local_addr: addr };
+        let ctx = ServiceContext {
+            config: config.clone(),
+            config_updates: updates,
+            clients,
+            shutdown: shutdown.clone(),
+            local_addr: addr,
+            auth: auth.clone(),
+        };
         let mut set = ServiceSet::new(&config.server);
         for service in [antler_runs::SERVICE, antler_models::SERVICE, antler_sandbox::SERVICE] {
             (service.register)(&mut set, &ctx).await.map_err(|e| anyhow!("{} failed to start: {e}", service.name))?;

@@ -191,7 +191,14 @@ impl Server {
         let shutdown = CancellationToken::new();
         let config = Arc::new(config);
         let (updates_tx, updates) = watch::channel(config.clone());
-        let ctx = ServiceContext { config: config.clone(), config_updates: updates, clients, shutdown: shutdown.clone(), local_addr: addr };
+        let ctx = ServiceContext {
+            config: config.clone(),
+            config_updates: updates,
+            clients,
+            shutdown: shutdown.clone(),
+            local_addr: addr,
+            auth: auth.clone(),
+        };
         let mut set = ServiceSet::new(&config.server);
         match agents {
             Agents::Script => {

@@ -68,6 +68,8 @@ pub struct RunsConfig {
     pub agent: AgentKind,
     /// Settings of the lead agent (used with `agent: lead`).
     pub lead: antler_agent::lead::config::LeadConfig,
+    /// The LangGraph-compatible HTTP + SSE edge (off by default; see the README).
+    pub langgraph_api: crate::langgraph::config::LangGraphApiConfig,
 }
 
 impl Default for RunsConfig {
@@ -94,6 +96,7 @@ impl Default for RunsConfig {
             event_buffer: 1024,
             agent: AgentKind::Lead,
             lead: Default::default(),
+            langgraph_api: Default::default(),
         }
     }
 }
@@ -182,6 +185,7 @@ impl RunsConfig {
         }
         check_range("runs.event_buffer", self.event_buffer.into(), 16, 1_000_000)?;
         self.lead.validate()?;
+        self.langgraph_api.validate()?;
         Ok(())
     }
 }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod host;
+pub mod langgraph;
 pub mod lifecycle;
 pub mod paging;
 pub mod script;
@@ -81,8 +82,14 @@ pub async fn mount(
         drain.store.checkpoint_on_shutdown().await;
     });
     set.describe(antler_proto::FILE_DESCRIPTOR_SET);
-    antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(api::threads::ThreadApi { engine: engine.clone() }));
-    antler_kit::add_service!(set, run_service_server::RunServiceServer::new(api::runs::RunApi { engine: engine.clone(), admitter }));
+    let threads = api::threads::ThreadApi { engine: engine.clone() };
+    let runs = api::runs::RunApi { engine: engine.clone(), admitter };
+    // The LangGraph edge calls these same handlers in process (see `langgraph/mod.rs`).
+    if let Some(addr) = langgraph::start(engine.clone(), threads.clone(), runs.clone(), ctx).await? {
+        println!("langgraph api listening on http://{addr}");
+    }
+    antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(threads));
+    antler_kit::add_service!(set, run_service_server::RunServiceServer::new(runs));
     Ok(engine)
 }
 

@@ -57,6 +57,9 @@ pub struct ServiceContext {
     pub shutdown: CancellationToken,
     /// The address this process actually listens on.
     pub local_addr: SocketAddr,
+    /// The server's authenticator (reloaded with the config), for a service that serves another
+    /// protocol beside gRPC and must authenticate its callers exactly as the gRPC stack does.
+    pub auth: Authenticator,
 }
 
 /// A boxed error from a service's own set-up.
@@ -138,7 +141,14 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
     let updates = reload::spawn(config.clone(), Duration::from_millis(config.server.reload_interval_ms), validator, shutdown.clone());
     tokio::spawn(apply_reloads(updates.clone(), auth.clone(), shutdown.clone()));
 
-    let ctx = ServiceContext { config: config.clone(), config_updates: updates, clients, shutdown: shutdown.clone(), local_addr };
+    let ctx = ServiceContext {
+        config: config.clone(),
+        config_updates: updates,
+        clients,
+        shutdown: shutdown.clone(),
+        local_addr,
+        auth: auth.clone(),
+    };
     let mut set = ServiceSet::new(&config.server);
     for service in services {
         (service.register)(&mut set, &ctx).await.map_err(|e| RunError::Service { service: service.name, message: e.to_string() })?;

@@ -39,6 +39,7 @@ pub fn run(model: &runs::Model, reused: bool) -> Run {
         idempotency_key: model.idempotency_key.clone().unwrap_or_default(),
         checkpoint_id: request.checkpoint_id,
         stream_kinds: request.stream_kinds,
+        langgraph_stream_modes: request.langgraph_stream_modes,
         last_seq: model.last_seq.max(0) as u64,
         cancel_action: if cancel_action == CancelAction::Unspecified { 0 } else { cancel_action as i32 },
         updated_at: Some(to_timestamp(model.updated_at)),

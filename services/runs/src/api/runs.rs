@@ -85,7 +85,9 @@ impl RunApi {
         let (run_id, thread_id) = (run.run_id.clone(), run.thread_id.clone());
         tokio::spawn(async move {
             let ended = follow(engine.store.clone(), engine.hub.clone(), sub, tx).await;
-            if !ended && cancel_on_disconnect {
+            // A stream closed by this server's shutdown is not the client going away: the run is
+            // handed on (drain) and the client reconnects, so it is not cancelled.
+            if !ended && cancel_on_disconnect && !engine.shutdown.is_cancelled() {
                 match cancel::cancel(&engine, &user, &thread_id, &run_id, CancelAction::Interrupt, CancelCause::ClientDisconnected).await {
                     Ok(_) => tracing::info!(run_id, "client disconnected; run cancelled (on_disconnect = CANCEL)"),
                     Err(error) => tracing::debug!(run_id, %error, "client disconnected; nothing to cancel"),

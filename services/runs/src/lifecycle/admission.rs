@@ -17,6 +17,7 @@ use super::{ACTIVE, Ending, FINALIZING, INTERRUPTED, PENDING, end_by_service};
 
 /// Largest request kept whole in the `runs` row; a larger one's input goes to `run_inputs`.
 pub const INLINE_REQUEST_BYTES: usize = 4096;
+
 use crate::config::CONTEXT_OWNED_KEYS;
 use crate::engine::{Engine, StopCause};
 use crate::error::RunsError;
@@ -24,6 +25,10 @@ use crate::store::entity::{run_inputs, runs, threads};
 use crate::store::now_ms;
 use crate::stream::{first_event, insert_rows};
 use crate::threads::valid_thread_id;
+
+/// The LangGraph stream modes a run may record (`CreateRunRequest.langgraph_stream_modes`): the ones
+/// the LangGraph edge (`crate::langgraph`) can translate Antler's events into.
+pub const LANGGRAPH_STREAM_MODES: [&str; 5] = ["values", "updates", "messages-tuple", "events", "custom"];
 
 /// The result of admission.
 #[derive(Debug)]
@@ -80,6 +85,17 @@ pub fn sanitise(engine: &Engine, req: &mut CreateRunRequest) -> Result<(), RunsE
     for (i, kind) in req.stream_kinds.iter().enumerate() {
         if !matches!(EventKind::try_from(*kind), Ok(k) if k != EventKind::Unspecified) {
             return Err(RunsError::invalid(format!("stream_kinds[{i}]"), format!("{kind} is not an EventKind")));
+        }
+    }
+    if req.langgraph_stream_modes.len() > 8 {
+        return Err(RunsError::invalid("langgraph_stream_modes", format!("{} entries; the limit is 8", req.langgraph_stream_modes.len())));
+    }
+    for (i, mode) in req.langgraph_stream_modes.iter().enumerate() {
+        if !LANGGRAPH_STREAM_MODES.contains(&mode.as_str()) {
+            return Err(RunsError::invalid(
+                format!("langgraph_stream_modes[{i}]"),
+                format!("`{mode}` is not one of {}", LANGGRAPH_STREAM_MODES.join(", ")),
+            ));
         }
     }
     if let Some(meta) = req.metadata.as_mut() {
@@ -172,6 +188,7 @@ pub fn fingerprint(req: &CreateRunRequest) -> String {
     }
     canonical.secrets.clear();
     canonical.stream_kinds.clear();
+    canonical.langgraph_stream_modes.clear();
     canonical.on_disconnect = 0;
     hex::encode(Sha256::digest(canonical.encode_to_vec()))
 }
@@ -232,7 +249,9 @@ pub(crate) async fn create_or_reject_one(
                     return reuse(existing, fp).map(|a| (a, Effects::default()));
                 }
                 let strategy = MultitaskStrategy::try_from(req.multitask_strategy).unwrap_or(MultitaskStrategy::Reject);
-                if attempts < 3 && !matches!(strategy, MultitaskStrategy::Reject | MultitaskStrategy::Unspecified) {
+                // With create_thread the race may have been over the thread's id: the next attempt
+                // finds the thread (and then applies the strategy to its active run, if any).
+                if attempts < 3 && (req.create_thread || !matches!(strategy, MultitaskStrategy::Reject | MultitaskStrategy::Unspecified)) {
                     continue;
                 }
                 return Err(active_run_conflict(&req.thread_id, None));
@@ -306,16 +325,26 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
     let run_id = uuid::Uuid::now_v7().to_string();
     // The thread: an existing one of this user, or a new one when no id was given (which can have no
     // active run, and starts out naming this run as its latest: fewer statements in the writer slot).
-    let new_thread = req.thread_id.is_empty();
+    let mut new_thread = req.thread_id.is_empty();
     let thread = if new_thread {
         let thread = new_thread_row(user_id, &run_id, now);
         threads::Entity::insert(threads::ActiveModel::from(thread.clone())).exec_without_returning(&*tx).await?;
         thread
     } else {
-        threads::Entity::find_by_id((user_id.to_owned(), req.thread_id.clone()))
-            .one(&*tx)
-            .await?
-            .ok_or_else(|| RunsError::NotFound(format!("thread {}", req.thread_id)))?
+        let found = threads::Entity::find_by_id((user_id.to_owned(), req.thread_id.clone())).one(&*tx).await?;
+        match found {
+            Some(thread) => thread,
+            // create_thread: the named thread is made in this transaction, so a refusal below (or a
+            // failed commit) leaves no thread behind. A concurrent create of the same id loses the
+            // primary key race and is retried by the caller like any unique violation.
+            None if req.create_thread => {
+                new_thread = true;
+                let thread = threads::Model { thread_id: req.thread_id.clone(), ..new_thread_row(user_id, &run_id, now) };
+                threads::Entity::insert(threads::ActiveModel::from(thread.clone())).exec_without_returning(&*tx).await?;
+                thread
+            }
+            None => return Err(RunsError::NotFound(format!("thread {}", req.thread_id))),
+        }
     };
 
     let base_checkpoint = if req.checkpoint_id.is_empty() {

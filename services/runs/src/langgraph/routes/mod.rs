@@ -1,0 +1,87 @@
+//! The routes: which LangGraph endpoints are served, and which answer 501 naming what is missing.
+
+pub mod runs;
+pub mod system;
+pub mod threads;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{any, get, post};
+
+use super::Edge;
+use super::error::ApiError;
+
+/// Endpoints of the LangGraph API that Antler does not serve, with what is missing.
+const UNSUPPORTED: &[(&str, &str)] = &[
+    ("/runs", "stateless runs (no thread): create a thread first (POST /threads), or use if_not_exists=create on /threads/{id}/runs"),
+    (
+        "/runs/stream",
+        "stateless runs (no thread): create a thread first (POST /threads), or use if_not_exists=create on /threads/{id}/runs/stream",
+    ),
+    (
+        "/runs/wait",
+        "stateless runs (no thread): create a thread first (POST /threads), or use if_not_exists=create on /threads/{id}/runs/wait",
+    ),
+    ("/runs/batch", "batch run creation: create runs one by one"),
+    ("/runs/cancel", "bulk cancellation: cancel runs one by one (POST /threads/{id}/runs/{run_id}/cancel)"),
+    ("/runs/crons", "cron jobs: Antler does not schedule runs"),
+    ("/runs/crons/search", "cron jobs: Antler does not schedule runs"),
+    ("/runs/crons/count", "cron jobs: Antler does not schedule runs"),
+    ("/runs/crons/{cron_id}", "cron jobs: Antler does not schedule runs"),
+    ("/threads/{thread_id}/runs/crons", "cron jobs: Antler does not schedule runs"),
+    ("/threads/count", "counting threads: page through POST /threads/search"),
+    ("/threads/prune", "pruning threads: delete them one by one (DELETE /threads/{id})"),
+    ("/threads/{thread_id}/copy", "copying threads"),
+    (
+        "/threads/{thread_id}/stream",
+        "thread-level streams (all runs of a thread): join a run's stream (GET /threads/{id}/runs/{run_id}/stream)",
+    ),
+    ("/assistants", "creating assistants: the assistant is the agent runs.agent configures"),
+    ("/assistants/count", "counting assistants: there is one (POST /assistants/search)"),
+    ("/assistants/{assistant_id}/graph", "graph drawings: Antler's agent is a loop, not a LangGraph graph"),
+    ("/assistants/{assistant_id}/schemas", "graph schemas: Antler's agent is a loop, not a LangGraph graph"),
+    ("/assistants/{assistant_id}/subgraphs", "subgraphs: Antler's agent has none"),
+    ("/assistants/{assistant_id}/subgraphs/{namespace}", "subgraphs: Antler's agent has none"),
+    ("/assistants/{assistant_id}/versions", "assistant versions: the assistant is configured in antler.yaml"),
+    ("/assistants/{assistant_id}/latest", "assistant versions: the assistant is configured in antler.yaml"),
+    ("/store/items", "the key-value store: use the memory service (antler.memory.v1.MemoryService)"),
+    ("/store/items/search", "the key-value store: use the memory service (antler.memory.v1.MemoryService)"),
+    ("/store/namespaces", "the key-value store: use the memory service (antler.memory.v1.MemoryService)"),
+    ("/mcp", "the MCP endpoint: Antler's agent is not exposed as an MCP server"),
+    ("/a2a/{assistant_id}", "the A2A endpoint"),
+];
+
+pub fn router(edge: Arc<Edge>) -> Router {
+    let mut router = Router::new()
+        .route("/ok", get(system::ok))
+        .route("/info", get(system::info))
+        .route("/assistants/search", post(system::search_assistants).get(system::search_assistants))
+        .route(
+            "/assistants/{assistant_id}",
+            get(system::get_assistant).patch(unsupported_assistant_change).delete(unsupported_assistant_change),
+        )
+        .route("/threads", post(threads::create))
+        .route("/threads/search", post(threads::search))
+        .route("/threads/{thread_id}", get(threads::get).patch(threads::patch).delete(threads::delete))
+        .route("/threads/{thread_id}/state", get(threads::state).post(threads::update_state))
+        .route("/threads/{thread_id}/state/checkpoint", post(threads::state_at_checkpoint))
+        .route("/threads/{thread_id}/state/{checkpoint_id}", get(threads::state_at))
+        .route("/threads/{thread_id}/history", post(threads::history).get(threads::history_get))
+        .route("/threads/{thread_id}/runs", post(runs::create).get(runs::list))
+        .route("/threads/{thread_id}/runs/stream", post(runs::stream))
+        .route("/threads/{thread_id}/runs/wait", post(runs::wait))
+        .route("/threads/{thread_id}/runs/{run_id}", get(runs::get).delete(runs::delete))
+        .route("/threads/{thread_id}/runs/{run_id}/cancel", post(runs::cancel))
+        .route("/threads/{thread_id}/runs/{run_id}/join", get(runs::join))
+        .route("/threads/{thread_id}/runs/{run_id}/stream", get(runs::join_stream));
+    for (path, capability) in UNSUPPORTED {
+        let capability: &'static str = capability;
+        router = router.route(path, any(move || async move { ApiError::unsupported_endpoint(capability) }));
+    }
+    router.fallback(|| async { ApiError::not_found("this path (it is not a LangGraph API endpoint Antler knows)") }).with_state(edge)
+}
+
+async fn unsupported_assistant_change() -> ApiError {
+    ApiError::unsupported_endpoint("changing assistants: the assistant is the agent runs.agent configures in antler.yaml")
+}
