@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use antler_integration_tests::db::{Backend, TestDb};
 use antler_integration_tests::llm_double::{AfterLast, LlmDouble, Turn};
 use antler_integration_tests::memory::*;
+use antler_integration_tests::runs::authed;
+use antler_proto::memory::FactCategory;
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -98,5 +100,31 @@ async fn two_replicas_on_postgres_process_each_update_exactly_once() -> anyhow::
     let a_did = a_log.matches("memory update applied").count();
     let b_did = b_log.matches("memory update applied").count();
     assert_eq!(a_did + b_did, UPDATES, "a {a_did} + b {b_did}");
+    Ok(())
+}
+
+/// RenderInjection keeps a scope's facts between calls while its revision stands: a fact added
+/// through another replica is in the very next render on this one, and a deleted one is gone.
+#[tokio::test]
+async fn a_render_on_one_replica_sees_a_fact_written_through_another() -> anyhow::Result<()> {
+    let db = TestDb::new(Backend::Postgres).await?;
+    let (a, b) = (start_memory(&db, "")?, start_memory(&db, "")?);
+    let (mut ma, mut mb) = (client(&a).await?, client(&b).await?);
+    let render = |text: &str| antler_proto::memory::RenderInjectionRequest { query: text.to_owned(), ..Default::default() };
+    let mut rendered = Vec::new();
+    for content in ["Keeps bees on the roof", "Plays the cello on Sundays"] {
+        add_fact(&mut mb, ALICE, add(content, FactCategory::Knowledge, 0.9)).await?;
+        // Twice on replica A: the second comes from its kept snapshot.
+        for _ in 0..2 {
+            let text = ma.render_injection(authed(render("bees and cello"), ALICE)).await?.into_inner().text;
+            rendered.push(text);
+        }
+    }
+    assert!(rendered[0].contains("bees") && rendered[1].contains("bees"), "{rendered:?}");
+    assert!(rendered[2].contains("cello") && rendered[3].contains("cello"), "the second fact came through B: {rendered:?}");
+    let cello = active_facts(&mut mb, ALICE).await?.into_iter().find(|f| f.content.contains("cello")).map(|f| f.id).unwrap_or_default();
+    mb.delete_fact(authed(antler_proto::memory::DeleteFactRequest { fact_id: cello, ..Default::default() }, ALICE)).await?;
+    let text = ma.render_injection(authed(render("cello"), ALICE)).await?.into_inner().text;
+    assert!(!text.contains("cello") && text.contains("bees"), "deleted through B, gone on A: {text}");
     Ok(())
 }

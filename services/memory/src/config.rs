@@ -39,6 +39,9 @@ pub struct MemoryConfig {
     pub max_fact_chars: u32,
     /// Longest SearchFacts / RenderInjection query, in characters.
     pub max_query_chars: u32,
+    /// Scopes whose sections and live facts RenderInjection keeps between calls, while their revisions
+    /// stand (0 = off).
+    pub render_cache_scopes: u32,
     /// Messages in one QueueUpdate.
     pub max_update_messages: u32,
     /// Characters of conversation kept per update (the newest are kept when cut).
@@ -83,6 +86,7 @@ impl Default for MemoryConfig {
             token_counting: TokenCounting::Tiktoken,
             max_fact_chars: 4000,
             max_query_chars: 1000,
+            render_cache_scopes: 1024,
             max_update_messages: 500,
             max_conversation_chars: 40_000,
             max_import_bytes: 8 * 1024 * 1024,
@@ -168,6 +172,7 @@ impl MemoryConfig {
         check_range("memory.correction_token_budget", self.correction_token_budget.into(), 50, 2000)?;
         check_range("memory.max_fact_chars", self.max_fact_chars.into(), 16, 100_000)?;
         check_range("memory.max_query_chars", self.max_query_chars.into(), 16, 100_000)?;
+        check_range("memory.render_cache_scopes", self.render_cache_scopes.into(), 0, 1_000_000)?;
         check_range("memory.max_update_messages", self.max_update_messages.into(), 1, 100_000)?;
         check_range("memory.max_conversation_chars", self.max_conversation_chars.into(), 1000, 10_000_000)?;
         check_range("memory.max_import_bytes", self.max_import_bytes.into(), 1024, 1 << 30)?;

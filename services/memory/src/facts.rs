@@ -255,6 +255,21 @@ pub async fn bump_scope(db: &impl ConnectionTrait, scope: &Scope) -> Result<(), 
     Ok(())
 }
 
+/// The revisions of the user's sections and of `scope`'s facts (0 before the first change), in one
+/// query: what tells whether a kept render snapshot is still exact.
+pub async fn revisions(db: &impl ConnectionTrait, scope: &Scope) -> Result<(i64, i64), StoreError> {
+    let row = db
+        .query_one_raw(statement(
+            db.get_database_backend(),
+            "SELECT COALESCE((SELECT revision FROM memory_profiles WHERE user_id = $1), 0) AS profile_revision, \
+             COALESCE((SELECT revision FROM memory_scopes WHERE user_id = $1 AND agent_name = $2), 0) AS scope_revision",
+            vec![scope.user.clone().into(), scope.agent.clone().into()],
+        ))
+        .await?;
+    let Some(row) = row else { return Ok((0, 0)) };
+    Ok((row.try_get("", "profile_revision")?, row.try_get("", "scope_revision")?))
+}
+
 /// (revision, updated_at) of `scope`'s facts; (0, None) before the first change.
 pub async fn scope_revision(db: &impl ConnectionTrait, scope: &Scope) -> Result<(i64, Option<i64>), StoreError> {
     let row = scopes::Entity::find_by_id((scope.user.clone(), scope.agent.clone())).one(db).await?;

@@ -20,6 +20,7 @@ pub mod profile;
 pub mod queue;
 pub mod relevance;
 pub mod render;
+pub mod render_cache;
 pub mod service;
 pub mod store;
 pub mod tokens;

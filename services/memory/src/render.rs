@@ -50,7 +50,7 @@ fn header_and_lines(profile: &Profile, sections: &[Section], header: &str) -> Ve
 
 /// Renders `profile` and `live` facts; `scores` holds the full-text score of facts relevant to the
 /// query (absent = 0).
-pub fn render(profile: &Profile, live: Vec<Fact>, scores: &HashMap<i64, f64>, budget: &Budget) -> Rendered {
+pub fn render(profile: &Profile, live: &[Fact], scores: &HashMap<i64, f64>, budget: &Budget) -> Rendered {
     let count = |text: &str| tokens::count(text, budget.counting);
     let fact_tokens = |fact: &Fact| match budget.counting {
         TokenCounting::Tiktoken => fact.line_tokens.max(0) as usize,
@@ -91,8 +91,8 @@ pub fn render(profile: &Profile, live: Vec<Fact>, scores: &HashMap<i64, f64>, bu
         return rendered;
     }
     let score = |f: &Fact| scores.get(&f.doc).copied().unwrap_or(0.0);
-    let (mut corrections, mut regular): (Vec<Fact>, Vec<Fact>) = live.into_iter().partition(|f| f.category == CORRECTION);
-    let rank = |a: &Fact, b: &Fact| {
+    let (mut corrections, mut regular): (Vec<&Fact>, Vec<&Fact>) = live.iter().partition(|f| f.category == CORRECTION);
+    let rank = |a: &&Fact, b: &&Fact| {
         score(b)
             .total_cmp(&score(a))
             .then(b.confidence.total_cmp(&a.confidence))
@@ -104,14 +104,14 @@ pub fn render(profile: &Profile, live: Vec<Fact>, scores: &HashMap<i64, f64>, bu
     let header = "Facts:\n";
     let header_tokens = count(header);
     let mut wrote_header = false;
-    let mut take = |facts: Vec<Fact>, limit: usize, used: &mut usize, text: &mut String, rendered: &mut Rendered| {
+    let mut take = |facts: Vec<&Fact>, limit: usize, used: &mut usize, text: &mut String, rendered: &mut Rendered| {
         let mut full = false;
         for fact in facts {
             if full {
                 rendered.omitted += 1;
                 continue;
             }
-            let cost = fact_tokens(&fact) + if wrote_header { 0 } else { header_tokens };
+            let cost = fact_tokens(fact) + if wrote_header { 0 } else { header_tokens };
             if *used + cost > limit {
                 full = true;
                 rendered.omitted += 1;
@@ -123,7 +123,7 @@ pub fn render(profile: &Profile, live: Vec<Fact>, scores: &HashMap<i64, f64>, bu
             }
             text.push_str(&facts::line(&fact.category, &fact.category_label, fact.confidence, &fact.content, &fact.source_error));
             *used += cost;
-            rendered.included.push(fact.fact_id);
+            rendered.included.push(fact.fact_id.clone());
         }
     };
     let mut correction_used = 0usize;

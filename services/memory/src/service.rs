@@ -29,6 +29,7 @@ pub struct Memory {
     /// Signalled whenever this replica finishes an update (FlushUpdates waiters re-check).
     pub finished: tokio::sync::watch::Sender<u64>,
     pub shutdown: CancellationToken,
+    pub render_cache: crate::render_cache::RenderCache,
 }
 
 impl std::fmt::Debug for Memory {
@@ -75,6 +76,7 @@ impl Memory {
         shutdown: CancellationToken,
     ) -> Result<Arc<Self>, regex::Error> {
         let patterns = RegexSet::new(&config.refuse_patterns)?;
+        let render_cache = crate::render_cache::RenderCache::new(config.render_cache_scopes as usize);
         Ok(Arc::new(Self {
             store,
             config,
@@ -84,6 +86,7 @@ impl Memory {
             wake: Notify::new(),
             finished: tokio::sync::watch::channel(0).0,
             shutdown,
+            render_cache,
         }))
     }
 
@@ -200,9 +203,18 @@ impl Memory {
     /// RenderInjection.
     pub async fn render(&self, scope: &Scope, query: &str, budget: &Budget) -> Result<(Rendered, u64), MemoryError> {
         let db = self.store.db();
-        let overview_profile = profile::load(db, &scope.user).await?;
-        let (scope_revision, _) = facts::scope_revision(db, scope).await?;
-        let live = if budget.summaries_only { Vec::new() } else { facts::live(db, scope).await? };
+        let revisions = facts::revisions(db, scope).await?;
+        let snapshot = match self.render_cache.get(scope, revisions) {
+            Some(snapshot) => snapshot,
+            None => {
+                let profile = profile::load(db, &scope.user).await?;
+                let live = facts::live(db, scope).await?;
+                let snapshot = Arc::new(crate::render_cache::Snapshot { revisions, profile, live });
+                self.render_cache.put(scope, snapshot.clone());
+                snapshot
+            }
+        };
+        let live: &[Fact] = if budget.summaries_only { &[] } else { &snapshot.live };
         // Every live fact is at hand, so they are ranked here without asking the index.
         let words = crate::relevance::query_words(query);
         let scores: HashMap<i64, f64> = if words.is_empty() {
@@ -211,8 +223,8 @@ impl Memory {
             let scores = crate::relevance::scores(&words, live.iter().map(|f| f.content.as_str()), live.len());
             live.iter().zip(scores).filter(|(_, s)| *s > 0.0).map(|(f, s)| (f.doc, s)).collect()
         };
-        let revision = (overview_profile.revision + scope_revision).max(0) as u64;
-        Ok((render::render(&overview_profile, live, &scores, budget), revision))
+        let revision = (revisions.0 + revisions.1).max(0) as u64;
+        Ok((render::render(&snapshot.profile, live, &scores, budget), revision))
     }
 
     /// Writes imported facts and sections in one transaction (see [`crate::import`]).
