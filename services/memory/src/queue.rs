@@ -9,7 +9,7 @@
 
 use antler_proto::memory::UpdateOutcome;
 use prost::Message as _;
-use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, QueryFilter};
 
 use crate::error::MemoryError;
 use crate::facts::Scope;
@@ -52,83 +52,84 @@ async fn count(db: &impl ConnectionTrait, sql: &str, values: Vec<sea_orm::Value>
 }
 
 /// Stores an update: replaces the waiting one of the same key, or adds one if the queue has room.
+///
+/// One count and one upsert per update (the unique index on the pending key makes a concurrent insert
+/// of the same key, from any replica, an update of the waiting row): every statement is a round trip to
+/// SQLite's driver thread under the one writer, so their number bounds QueueUpdate/s.
 pub async fn enqueue(store: &Store, item: Enqueue<'_>, max_depth: u64) -> Result<Queued, MemoryError> {
     let conversation = serde_json::to_string(&item.filtered.turns).map_err(|e| MemoryError::Internal(e.to_string()))?;
     let refusals = serde_json::to_string(&item.filtered.refusals).map_err(|e| MemoryError::Internal(e.to_string()))?;
-    // Two replicas inserting the same key: the unique index refuses the second, which then replaces.
-    for _ in 0..3 {
-        let now = now_ms();
-        let scheduled_at = now + item.delay_ms;
-        let tx = store.tx().await?;
-        let replaced = execute(
-            &*tx,
-            statement(
-                tx.get_database_backend(),
-                "UPDATE memory_updates SET conversation = $1, refusals = $2, message_id = $3, run_id = $4, model_name = $5, \
-                 scheduled_at = $6, updated_at = $7 WHERE user_id = $8 AND agent_name = $9 AND thread_id = $10 AND status = 'pending'",
-                vec![
-                    conversation.clone().into(),
-                    refusals.clone().into(),
-                    item.filtered.message_id.clone().into(),
-                    item.run_id.into(),
-                    item.model_name.into(),
-                    scheduled_at.into(),
-                    now.into(),
-                    item.scope.user.clone().into(),
-                    item.scope.agent.clone().into(),
-                    item.thread_id.into(),
-                ],
-            ),
-        )
-        .await?
-            > 0;
-        let depth = count(&*tx, "SELECT COUNT(*) FROM memory_updates WHERE status = 'pending'", vec![]).await?;
-        if !replaced {
-            if max_depth > 0 && depth >= max_depth {
-                metrics::counter!("antler_memory_queue_rejected_total").increment(1);
-                return Err(MemoryError::ResourceExhausted(format!(
-                    "the memory queue is full: {depth} updates are waiting (limit memory.queue_max_depth = {max_depth})\nhint: retry later"
-                )));
-            }
-            let row = updates::ActiveModel {
-                update_id: Set(format!("upd_{}", uuid::Uuid::new_v4().simple())),
-                user_id: Set(item.scope.user.clone()),
-                agent_name: Set(item.scope.agent.clone()),
-                thread_id: Set(item.thread_id.to_owned()),
-                run_id: Set(item.run_id.to_owned()),
-                model_name: Set(item.model_name.to_owned()),
-                conversation: Set(conversation.clone()),
-                refusals: Set(refusals.clone()),
-                message_id: Set(item.filtered.message_id.clone()),
-                status: Set(PENDING.to_owned()),
-                scheduled_at: Set(scheduled_at),
-                created_at: Set(now),
-                updated_at: Set(now),
-                owner: Set(None),
-                lease_expires_at: Set(None),
-                attempts: Set(0),
-                outcome: Set(None),
-            };
-            match updates::Entity::insert(row).exec_without_returning(&*tx).await {
-                Ok(_) => {}
-                Err(e) => {
-                    let e = StoreError::from(e);
-                    if e.is_unique_violation() {
-                        continue;
-                    }
-                    return Err(e.into());
-                }
-            }
-        }
+    let now = now_ms();
+    let scheduled_at = now + item.delay_ms;
+    let tx = store.tx().await?;
+    let backend = tx.get_database_backend();
+    // Before the upsert: how many wait, and how many of them are due no later than this one.
+    let row = tx
+        .query_one_raw(statement(
+            backend,
+            "SELECT COUNT(*) AS depth, COALESCE(SUM(CASE WHEN scheduled_at <= $1 THEN 1 ELSE 0 END), 0) AS ahead \
+             FROM memory_updates WHERE status = 'pending'",
+            vec![scheduled_at.into()],
+        ))
+        .await
+        .map_err(StoreError::from)?;
+    let (depth, ahead): (i64, i64) = match row {
+        Some(row) => (row.try_get("", "depth").map_err(StoreError::from)?, row.try_get("", "ahead").map_err(StoreError::from)?),
+        None => (0, 0),
+    };
+    let (depth, ahead) = (depth.max(0) as u64, ahead.max(0) as u64);
+    let update_id = format!("upd_{}", uuid::Uuid::new_v4().simple());
+    let row = tx
+        .query_one_raw(statement(
+            backend,
+            "INSERT INTO memory_updates (update_id, user_id, agent_name, thread_id, run_id, model_name, conversation, refusals, \
+             message_id, status, scheduled_at, created_at, updated_at, attempts) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10, $11, $11, 0) \
+             ON CONFLICT (user_id, agent_name, thread_id) WHERE status = 'pending' DO UPDATE SET \
+             conversation = excluded.conversation, refusals = excluded.refusals, message_id = excluded.message_id, \
+             run_id = excluded.run_id, model_name = excluded.model_name, scheduled_at = excluded.scheduled_at, \
+             updated_at = excluded.updated_at \
+             RETURNING update_id",
+            vec![
+                update_id.clone().into(),
+                item.scope.user.clone().into(),
+                item.scope.agent.clone().into(),
+                item.thread_id.into(),
+                item.run_id.into(),
+                item.model_name.into(),
+                conversation.into(),
+                refusals.into(),
+                item.filtered.message_id.clone().into(),
+                scheduled_at.into(),
+                now.into(),
+            ],
+        ))
+        .await
+        .map_err(StoreError::from)?;
+    let stored: String = match row {
+        Some(row) => row.try_get("", "update_id").map_err(StoreError::from)?,
+        None => return Err(StoreError::Corrupt("the queue upsert returned no row".to_owned()).into()),
+    };
+    let replaced = stored != update_id;
+    let (depth, position) = if replaced {
+        // The waiting row moved to this update's time: count again (replacements are the rare path).
         let position =
             count(&*tx, "SELECT COUNT(*) FROM memory_updates WHERE status = 'pending' AND scheduled_at <= $1", vec![scheduled_at.into()])
                 .await?;
-        let depth = if replaced { depth } else { depth + 1 };
-        tx.commit().await?;
-        metrics::counter!("antler_memory_updates_queued_total", "replaced" => if replaced { "true" } else { "false" }).increment(1);
-        return Ok(Queued { position: position.max(1), depth, replaced, scheduled_at });
-    }
-    Err(MemoryError::Unavailable("the update kept racing another replica's for the same thread; retry".to_owned()))
+        (depth, position)
+    } else {
+        if max_depth > 0 && depth >= max_depth {
+            // Dropping the transaction undoes the insert.
+            metrics::counter!("antler_memory_queue_rejected_total").increment(1);
+            return Err(MemoryError::ResourceExhausted(format!(
+                "the memory queue is full: {depth} updates are waiting (limit memory.queue_max_depth = {max_depth})\nhint: retry later"
+            )));
+        }
+        (depth + 1, ahead + 1)
+    };
+    tx.commit().await?;
+    metrics::counter!("antler_memory_updates_queued_total", "replaced" => if replaced { "true" } else { "false" }).increment(1);
+    Ok(Queued { position: position.max(1), depth, replaced, scheduled_at })
 }
 
 /// Claims the next due update for `owner`, or None.
