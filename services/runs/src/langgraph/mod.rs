@@ -16,6 +16,7 @@ pub mod config;
 pub mod convert;
 pub mod error;
 pub mod messages;
+pub mod paging;
 pub mod request;
 pub mod routes;
 pub mod run_request;

@@ -350,25 +350,13 @@ pub async fn list(
         }
     };
     let selected: Vec<&str> = query.all("select");
-    let mut found = Vec::new();
-    let mut skipped = 0;
-    let mut token = String::new();
-    loop {
-        let page = antler_proto::common::PageRequest { page_size: 200, page_token: token };
-        let request = ListRunsRequest { thread_id: thread_id.clone(), statuses: statuses.clone(), page: Some(page) };
-        let reply = edge.runs.list_runs(edge.grpc(&caller, request)).await?.into_inner();
-        for run in reply.runs {
-            if skipped < offset {
-                skipped += 1;
-            } else if found.len() < limit {
-                found.push(run);
-            }
-        }
-        token = reply.page.map(|p| p.next_page_token).unwrap_or_default();
-        if token.is_empty() || found.len() >= limit {
-            break;
-        }
-    }
+    let (edge_ref, caller_ref, thread_ref, statuses_ref) = (&edge, &caller, &thread_id, &statuses);
+    let found = crate::langgraph::paging::window(offset, limit, move |page| async move {
+        let request = ListRunsRequest { thread_id: thread_ref.clone(), statuses: statuses_ref.clone(), page: Some(page) };
+        let reply = edge_ref.runs.list_runs(edge_ref.grpc(caller_ref, request)).await?.into_inner();
+        Ok((reply.runs, reply.page.map(|p| p.next_page_token).unwrap_or_default()))
+    })
+    .await?;
     let out: Vec<Value> = found
         .iter()
         .map(|r| {

@@ -206,31 +206,18 @@ pub async fn search(
             (status == ThreadStatus::Unspecified || t.status == status as i32) && wanted.iter().all(|(k, v)| meta.get(k) == Some(v))
         });
     } else {
-        // Pages through ListThreads until offset + limit threads were seen (both bounded by
-        // runs.langgraph_api.max_offset and max_page).
-        let mut token = String::new();
-        let mut skipped = 0;
-        loop {
-            let page = antler_proto::common::PageRequest { page_size: 200, page_token: token.clone() };
+        let (edge_ref, caller_ref, metadata_ref) = (&edge, &caller, &metadata);
+        found = crate::langgraph::paging::window(offset, limit, move |page| async move {
             let request = ListThreadsRequest {
-                metadata: metadata.clone().map(struct_of),
+                metadata: metadata_ref.clone().map(struct_of),
                 status: status as i32,
                 page: Some(page),
                 include_values: true,
             };
-            let reply = edge.threads.list_threads(edge.grpc(&caller, request)).await?.into_inner();
-            for thread in reply.threads {
-                if skipped < offset {
-                    skipped += 1;
-                } else if found.len() < limit {
-                    found.push(thread);
-                }
-            }
-            token = reply.page.map(|p| p.next_page_token).unwrap_or_default();
-            if token.is_empty() || found.len() >= limit {
-                break;
-            }
-        }
+            let reply = edge_ref.threads.list_threads(edge_ref.grpc(caller_ref, request)).await?.into_inner();
+            Ok((reply.threads, reply.page.map(|p| p.next_page_token).unwrap_or_default()))
+        })
+        .await?;
     }
     let out: Vec<Value> =
         found.iter().map(|t| select(convert::thread(t, convert::listed_values(t), Value::Object(Map::new())), &selected)).collect();
