@@ -215,7 +215,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config { command: ConfigCommand::Check { config } } => {
             let loaded = antler_kit::Config::load(config.as_deref())?;
             antler_kit::cli::validate(&loaded, &ALL)?;
-            antler_kit::tls::check(&loaded)?;
+            antler_kit::client::check_tls(&loaded)?;
             match &loaded.path {
                 Some(path) => println!("# {} is valid; resolved (secrets masked):", path.display()),
                 None => println!("# no config file given; the built-in defaults (secrets masked):"),

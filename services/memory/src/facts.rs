@@ -53,10 +53,7 @@ pub fn normalise(content: &str) -> String {
     content.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
 }
 
-/// The words of a text for similarity and search: lower-cased runs of letters and digits.
-pub fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
-}
+pub use crate::relevance::words;
 
 /// Jaccard similarity of the word sets of two texts (1.0 = the same words).
 pub fn similarity(a: &str, b: &str) -> f64 {

@@ -9,7 +9,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::facts::words;
+/// The words of a text for similarity and search: lower-cased runs of letters and digits.
+pub fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+}
 
 /// BM25's usual constants: term-frequency saturation and length normalisation.
 const K1: f64 = 1.2;

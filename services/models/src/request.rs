@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use antler_proto::common::{ContentPart, Message, ReasoningEffort, Role, ToolSpec, content_part, image_part};
+use antler_proto::common::{ContentPart, Message, ReasoningEffort, Role, content_part, image_part};
 use antler_proto::models::{ChatRequest, ToolChoiceMode};
 use prost::Message as _;
 
@@ -84,31 +84,7 @@ fn valid_tool_name(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-/// A tool the model may call. The schema is kept as JSON text, not as the decoded `Struct`: a call
-/// keeps its tools for as long as its stream lasts (fallbacks prepare their own body, and usage may be
-/// estimated at the end), and a dozen schemas as `Struct` trees took ~40 KiB per open stream, as text
-/// a fifth of that.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CallTool {
-    pub name: String,
-    pub description: String,
-    /// JSON Schema of the arguments, as JSON text; None when the request gave none.
-    pub parameters: Option<String>,
-}
-
-impl CallTool {
-    /// The schema as a JSON value (None when none was given).
-    pub fn schema(&self) -> Option<serde_json::Value> {
-        self.parameters.as_deref().and_then(|text| serde_json::from_str(text).ok())
-    }
-}
-
-impl From<ToolSpec> for CallTool {
-    fn from(tool: ToolSpec) -> Self {
-        let parameters = tool.parameters.as_ref().map(|p| serde_json::Value::Object(crate::convert::struct_to_map(p)).to_string());
-        Self { name: tool.name, description: tool.description, parameters }
-    }
-}
+pub use crate::tool_intern::CallTool;
 
 impl ChatCall {
     /// Validates a wire request. Field names in errors are the request's own (`messages[2].role`).
@@ -339,7 +315,7 @@ fn check_part(part: &ContentPart, role: Role, path: &str) -> Result<(), ModelErr
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use antler_proto::common::{ImagePart, TextPart, ToolCall};
+    use antler_proto::common::{ImagePart, TextPart, ToolCall, ToolSpec};
     use antler_proto::models::ToolChoice;
 
     pub(crate) fn user(text: &str) -> Message {

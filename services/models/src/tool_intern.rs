@@ -1,4 +1,4 @@
-//! One shared copy of each tool definition across calls.
+//! The tools of a call, and one shared copy of each tool definition across calls.
 //!
 //! A call keeps its tools for as long as its stream is open (fallbacks build their own body from
 //! them, and usage may be estimated at the end). Nearly every call of a deployment sends the same
@@ -14,7 +14,33 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::request::CallTool;
+use antler_proto::common::ToolSpec;
+
+/// A tool the model may call. The schema is kept as JSON text, not as the decoded `Struct`: a call
+/// keeps its tools for as long as its stream lasts (fallbacks prepare their own body, and usage may be
+/// estimated at the end), and a dozen schemas as `Struct` trees took ~40 KiB per open stream, as text
+/// a fifth of that.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CallTool {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments, as JSON text; None when the request gave none.
+    pub parameters: Option<String>,
+}
+
+impl CallTool {
+    /// The schema as a JSON value (None when none was given).
+    pub fn schema(&self) -> Option<serde_json::Value> {
+        self.parameters.as_deref().and_then(|text| serde_json::from_str(text).ok())
+    }
+}
+
+impl From<ToolSpec> for CallTool {
+    fn from(tool: ToolSpec) -> Self {
+        let parameters = tool.parameters.as_ref().map(|p| serde_json::Value::Object(crate::convert::struct_to_map(p)).to_string());
+        Self { name: tool.name, description: tool.description, parameters }
+    }
+}
 
 /// Distinct definitions kept before dead entries are swept; the table never holds more than twice
 /// the live ones plus this.

@@ -200,6 +200,16 @@ fn loopback_form(addr: SocketAddr) -> SocketAddr {
     }
 }
 
+/// Reads every certificate and key file `config` names, as start-up would, without serving or
+/// watching anything: what `antler config check` runs. (Here rather than in `tls`, which the clients
+/// build on: TLS does not need to know the clients.)
+pub fn check_tls(config: &crate::config::Config) -> Result<(), ConfigError> {
+    let interval = std::time::Duration::ZERO;
+    let server = crate::tls::ServerTls::load(&config.server.tls, interval, None)?;
+    let own = SocketAddr::from(([127, 0, 0, 1], 0));
+    Clients::build(&config.clients, own, server.as_ref(), interval, None).map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -209,7 +209,7 @@ pub(crate) fn alpn() -> Vec<Vec<u8>> {
     vec![b"h2".to_vec()]
 }
 
-/// Checks the TLS settings of `config` against the client endpoints (the files are read by [`check`]).
+/// Checks the TLS settings of `config` against the client endpoints (the files are read by [`crate::client::check_tls`]).
 pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     config.server.tls.validate()?;
     for (name, client) in config.clients.iter() {
@@ -238,15 +238,6 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
         }
     }
     Ok(())
-}
-
-/// Reads every certificate and key file `config` names, as start-up would, without serving or
-/// watching anything: what `antler config check` runs.
-pub fn check(config: &Config) -> Result<(), ConfigError> {
-    let interval = std::time::Duration::ZERO;
-    let server = ServerTls::load(&config.server.tls, interval, None)?;
-    let own = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    crate::client::Clients::build(&config.clients, own, server.as_ref(), interval, None).map(|_| ())
 }
 
 #[cfg(test)]

@@ -5,25 +5,12 @@ use antler_kit::json::struct_to_json;
 use antler_proto::runs::{Checkpoint, MultitaskStrategy, Run, RunStatus, Thread, ThreadState, ThreadStatus};
 use serde_json::{Value, json};
 
-use super::stream::{clarification_json, state_values};
+use super::stream::{clarification_json, run_status, state_values};
 use crate::config::AgentKind;
 
 /// RFC 3339, as LangGraph writes times.
 pub fn time(ts: Option<&prost_types::Timestamp>) -> Value {
     ts.map(|t| Value::String(t.to_string())).unwrap_or(Value::Null)
-}
-
-/// LangGraph's run statuses: FINALIZING (seconds between the agent's answer and the receipt) reads
-/// as `running`, since LangGraph has no such state.
-pub fn run_status(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Unspecified | RunStatus::Pending => "pending",
-        RunStatus::Running | RunStatus::Finalizing => "running",
-        RunStatus::Success => "success",
-        RunStatus::Error => "error",
-        RunStatus::Interrupted => "interrupted",
-        RunStatus::Timeout => "timeout",
-    }
 }
 
 pub fn thread_status(status: ThreadStatus) -> &'static str {

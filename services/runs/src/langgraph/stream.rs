@@ -151,6 +151,19 @@ fn visible_channels(values: Option<&prost_types::Struct>) -> Map<String, Value> 
     }
 }
 
+/// LangGraph's run statuses: FINALIZING (seconds between the agent's answer and the receipt) reads
+/// as `running`, since LangGraph has no such state.
+pub fn run_status(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Unspecified | RunStatus::Pending => "pending",
+        RunStatus::Running | RunStatus::Finalizing => "running",
+        RunStatus::Success => "success",
+        RunStatus::Error => "error",
+        RunStatus::Interrupted => "interrupted",
+        RunStatus::Timeout => "timeout",
+    }
+}
+
 /// The whole thread state as LangGraph's `values`: the channels plus `messages`.
 pub fn state_values(checkpoint: Option<&Checkpoint>) -> Value {
     let mut values = visible_channels(checkpoint.and_then(|c| c.values.as_ref()));
@@ -383,7 +396,7 @@ impl Translator {
                     out.push(frame("error", json!({ "error": error.code, "message": error.message })));
                 }
                 if self.wants(StreamMode::Events) {
-                    let data = json!({ "output": null, "status": super::convert::run_status(status) });
+                    let data = json!({ "output": null, "status": run_status(status) });
                     out.push(frame("events", self.lc_event("on_chain_end", "LangGraph", &self.run_id, data)));
                 }
                 out.push(frame("end", Value::Null));
