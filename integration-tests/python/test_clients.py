@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -291,3 +292,52 @@ def test_the_python_example_streams_the_demo_run(stubs_dir: Path, server: Server
     for expected in ("tool write_todos(", "tool write_file(", "tool present_files(", "delivery receipt: satisfied",
                      output, "end: SUCCESS"):
         assert expected in result.stdout, f"{expected!r} missing\n{shown}"
+
+
+# --------------------------------------------------------------------------------------------------
+# (e) The Node example streams the same run over @grpc/grpc-js
+# --------------------------------------------------------------------------------------------------
+
+# scripts/setup installs examples/node/package.json's packages here; a user runs `npm install` instead.
+NODE_MODULES = Path(os.environ.get("ANTLER_TOOLS", REPO / ".tools")) / "node-example" / "node_modules"
+EVENT_LINE = re.compile(r"^\[\s*(\d+)\] (.*)$")
+
+
+def test_the_node_example_streams_the_demo_run(stubs_dir: Path, server: Server, channel: grpc.Channel) -> None:
+    """``examples/node/stream_run.js`` against ``antler up``: the demo transcript's events are printed in
+    stream order, the run ends SUCCESS, and the run the example names is SUCCESS on the server too."""
+    if not (NODE_MODULES / "@grpc" / "grpc-js").is_dir():
+        pytest.fail(f"@grpc/grpc-js not found under {NODE_MODULES} (run scripts/setup)")
+    example = REPO / "examples" / "node" / "stream_run.js"
+    output = "/mnt/user-data/outputs/hello.md"
+    result = subprocess.run(
+        ["node", str(example), "Write a hello note and present it", "--addr", server.address,
+         "--plan", "--expect", output],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "NODE_PATH": str(NODE_MODULES)},
+    )
+    shown = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\n{server.logs()}"
+    assert result.returncode == 0, shown
+
+    events = [(int(m[1]), m[2]) for m in map(EVENT_LINE.match, result.stdout.splitlines()) if m]
+    seqs = [seq for seq, _ in events]
+    assert seqs == sorted(set(seqs)) and seqs, f"event seqs not strictly increasing: {seqs}\n{shown}"
+    first = re.fullmatch(r"run ([0-9a-f-]{36}) on thread ([0-9a-f-]{36}) \(attempt 1\)", events[0][1])
+    assert first, f"the first event is not the run's metadata\n{shown}"
+    assert events[-1][1] == "end: SUCCESS", shown
+
+    # The transcript's steps, each once and in this order: plan, write, present, receipt, end.
+    steps = ("tool write_todos(", "tool write_file(", "tool present_files(", "delivery receipt: satisfied", "end: ")
+    where = []
+    for step in steps:
+        found = [i for i, (_, text) in enumerate(events) if text.startswith(step)]
+        assert len(found) == 1, f"{step!r} printed {len(found)} times\n{shown}"
+        where.append(found[0])
+    assert where == sorted(where), f"steps out of order {dict(zip(steps, where))}\n{shown}"
+    assert re.search(rf"^        {re.escape(output)} \([1-9]\d* bytes, sha256 [0-9a-f]{{12}}…\)$", result.stdout, re.M), shown
+
+    run_pb2 = importlib.import_module("antler.runs.v1.run_pb2")
+    service_pb2 = importlib.import_module("antler.runs.v1.run_service_pb2")
+    service_grpc = importlib.import_module("antler.runs.v1.run_service_pb2_grpc")
+    run = service_grpc.RunServiceStub(channel).GetRun(service_pb2.GetRunRequest(run_id=first[1]), timeout=RPC_TIMEOUT_S).run
+    assert (run.thread_id, run.status) == (first[2], run_pb2.RUN_STATUS_SUCCESS), run
