@@ -5,15 +5,17 @@ What this module proves, against a real ``antler up`` process on loopback:
 * every ``.proto`` file under ``proto/`` compiles with stock ``grpcio-tools`` (well-known types included)
   and the generated modules import;
 * ``grpc.health.v1.Health/Check`` answers SERVING for the whole server ("") and for each of the six services;
-* one unary RPC per service, called through the generated stub, either succeeds, fails with the error its
-  contract documents for a lookup of an id that does not exist (NOT_FOUND), or fails with UNIMPLEMENTED whose
-  message names that exact RPC. Any other outcome (a wrong code, a transport error, an UNIMPLEMENTED naming
-  another RPC, which means a routing mix-up) fails the test. So the test keeps passing as capabilities land;
-* a server-streaming RPC (``RunService.JoinRun``) behaves the same way when its stream is iterated.
+* one unary RPC per service, called through the generated stub, gives exactly the answer its contract
+  documents on a fresh server: a reply whose content is checked (the built-in ``demo`` model, no MCP servers,
+  an empty pool, no facts), or one error code whose details name the field or the missing id;
+* a server-streaming RPC (``RunService.JoinRun``) of a missing run ends with NOT_FOUND naming it;
+* ``examples/python/stream_run.py`` and ``examples/node/stream_run.js`` (``@grpc/grpc-js``) stream the demo
+  run to SUCCESS, its file delivered.
 
 Reflection is checked by ``scripts/grpcurl-smoke`` (grpcio-reflection is not a dependency here).
 
-Environment: ``ANTLER_BIN`` (default ``<repo>/target/debug/antler``).
+Environment: ``ANTLER_BIN`` (default ``<repo>/target/debug/antler``), ``ANTLER_TOOLS`` (the Node example's
+packages are under ``$ANTLER_TOOLS/node-example``, default ``<repo>/.tools``; ``scripts/setup`` puts them there).
 Run: ``python -m pytest -q integration-tests/python``.
 """
 
