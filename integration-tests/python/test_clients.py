@@ -279,6 +279,33 @@ def test_server_stream_through_stub(stubs_dir: Path, channel: grpc.Channel) -> N
 # --------------------------------------------------------------------------------------------------
 
 
+EVENT_LINE = re.compile(r"^\[\s*(\d+)\] (.*)$")
+
+
+def assert_demo_run_printed(stdout: str, output: str, shown: str) -> tuple[str, str]:
+    """An example's printout of the demo run: events in stream order, opened by the run's metadata, the
+    transcript's steps each once and in order, the delivered file listed, SUCCESS last. Returns the run
+    and thread ids the metadata line names."""
+    events = [(int(m[1]), m[2]) for m in map(EVENT_LINE.match, stdout.splitlines()) if m]
+    seqs = [seq for seq, _ in events]
+    assert seqs == sorted(set(seqs)) and seqs, f"event seqs not strictly increasing: {seqs}\n{shown}"
+    first = re.fullmatch(r"run ([0-9a-f-]{36}) on thread ([0-9a-f-]{36}) \(attempt 1\)", events[0][1])
+    assert first, f"the first event is not the run's metadata\n{shown}"
+    assert events[-1][1] == "end: SUCCESS", shown
+
+    # The transcript's steps, each once and in this order: plan, write, present, receipt, end.
+    steps = ("tool write_todos(", "tool write_file(", "tool present_files(", "delivery receipt: satisfied", "end: ")
+    where = []
+    for step in steps:
+        found = [i for i, (_, text) in enumerate(events) if text.startswith(step)]
+        assert len(found) == 1, f"{step!r} printed {len(found)} times\n{shown}"
+        where.append(found[0])
+    assert where == sorted(where), f"steps out of order {dict(zip(steps, where))}\n{shown}"
+    assert re.search(rf"^        {re.escape(output)} \([1-9]\d* bytes, sha256 [0-9a-f]{{12}}…\)$", stdout, re.M), shown
+
+    return first[1], first[2]
+
+
 def test_the_python_example_streams_the_demo_run(stubs_dir: Path, server: Server) -> None:
     """``examples/python/stream_run.py`` against ``antler up`` with no models configured: the built-in
     ``demo`` model plays its transcript, and the run succeeds only because its file was delivered."""
@@ -291,18 +318,15 @@ def test_the_python_example_streams_the_demo_run(stubs_dir: Path, server: Server
     )
     shown = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\n{server.logs()}"
     assert result.returncode == 0, shown
-    for expected in ("tool write_todos(", "tool write_file(", "tool present_files(", "delivery receipt: satisfied",
-                     output, "end: SUCCESS"):
-        assert expected in result.stdout, f"{expected!r} missing\n{shown}"
+    assert_demo_run_printed(result.stdout, output, shown)
 
 
 # --------------------------------------------------------------------------------------------------
 # (e) The Node example streams the same run over @grpc/grpc-js
 # --------------------------------------------------------------------------------------------------
 
-# scripts/setup installs examples/node/package.json's packages here; a user runs `npm install` instead.
+# scripts/setup installs examples/node/package.json's packages here; a user runs `npm ci` in examples/node.
 NODE_MODULES = Path(os.environ.get("ANTLER_TOOLS", REPO / ".tools")) / "node-example" / "node_modules"
-EVENT_LINE = re.compile(r"^\[\s*(\d+)\] (.*)$")
 
 
 def test_the_node_example_streams_the_demo_run(stubs_dir: Path, server: Server, channel: grpc.Channel) -> None:
@@ -321,25 +345,10 @@ def test_the_node_example_streams_the_demo_run(stubs_dir: Path, server: Server, 
     shown = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\n{server.logs()}"
     assert result.returncode == 0, shown
 
-    events = [(int(m[1]), m[2]) for m in map(EVENT_LINE.match, result.stdout.splitlines()) if m]
-    seqs = [seq for seq, _ in events]
-    assert seqs == sorted(set(seqs)) and seqs, f"event seqs not strictly increasing: {seqs}\n{shown}"
-    first = re.fullmatch(r"run ([0-9a-f-]{36}) on thread ([0-9a-f-]{36}) \(attempt 1\)", events[0][1])
-    assert first, f"the first event is not the run's metadata\n{shown}"
-    assert events[-1][1] == "end: SUCCESS", shown
-
-    # The transcript's steps, each once and in this order: plan, write, present, receipt, end.
-    steps = ("tool write_todos(", "tool write_file(", "tool present_files(", "delivery receipt: satisfied", "end: ")
-    where = []
-    for step in steps:
-        found = [i for i, (_, text) in enumerate(events) if text.startswith(step)]
-        assert len(found) == 1, f"{step!r} printed {len(found)} times\n{shown}"
-        where.append(found[0])
-    assert where == sorted(where), f"steps out of order {dict(zip(steps, where))}\n{shown}"
-    assert re.search(rf"^        {re.escape(output)} \([1-9]\d* bytes, sha256 [0-9a-f]{{12}}…\)$", result.stdout, re.M), shown
+    run_id, thread_id = assert_demo_run_printed(result.stdout, output, shown)
 
     run_pb2 = importlib.import_module("antler.runs.v1.run_pb2")
     service_pb2 = importlib.import_module("antler.runs.v1.run_service_pb2")
     service_grpc = importlib.import_module("antler.runs.v1.run_service_pb2_grpc")
-    run = service_grpc.RunServiceStub(channel).GetRun(service_pb2.GetRunRequest(run_id=first[1]), timeout=RPC_TIMEOUT_S).run
-    assert (run.thread_id, run.status) == (first[2], run_pb2.RUN_STATUS_SUCCESS), run
+    run = service_grpc.RunServiceStub(channel).GetRun(service_pb2.GetRunRequest(run_id=run_id), timeout=RPC_TIMEOUT_S).run
+    assert (run.thread_id, run.status) == (thread_id, run_pb2.RUN_STATUS_SUCCESS), run
