@@ -284,7 +284,7 @@ EVENT_LINE = re.compile(r"^\[\s*(\d+)\] (.*)$")
 
 def assert_demo_run_printed(stdout: str, output: str, shown: str) -> tuple[str, str]:
     """An example's printout of the demo run: events in stream order, opened by the run's metadata, the
-    transcript's steps each once and in order, the delivered file listed, SUCCESS last. Returns the run
+    transcript's tool calls in order and finished, the delivered file listed, SUCCESS last. Returns the run
     and thread ids the metadata line names."""
     events = [(int(m[1]), m[2]) for m in map(EVENT_LINE.match, stdout.splitlines()) if m]
     seqs = [seq for seq, _ in events]
@@ -293,14 +293,13 @@ def assert_demo_run_printed(stdout: str, output: str, shown: str) -> tuple[str, 
     assert first, f"the first event is not the run's metadata\n{shown}"
     assert events[-1][1] == "end: SUCCESS", shown
 
-    # The transcript's steps, each once and in this order: plan, write, present, receipt, end.
-    steps = ("tool write_todos(", "tool write_file(", "tool present_files(", "delivery receipt: satisfied", "end: ")
-    where = []
-    for step in steps:
-        found = [i for i, (_, text) in enumerate(events) if text.startswith(step)]
-        assert len(found) == 1, f"{step!r} printed {len(found)} times\n{shown}"
-        where.append(found[0])
-    assert where == sorted(where), f"steps out of order {dict(zip(steps, where))}\n{shown}"
+    # services/models/demo/transcript.yaml's tool calls in order (plan, write, check, tick the plan off,
+    # present), every one finished, then the receipt just before the end.
+    started = [text[len("tool "):text.index("(")] for _, text in events if text.startswith("tool ")]
+    assert started == ["write_todos", "write_file", "bash", "write_todos", "present_files"], shown
+    finished = sorted(text.split()[1] for _, text in events if text.startswith("  → "))
+    assert finished == sorted(started), shown
+    assert events[-2][1] == "delivery receipt: satisfied", shown
     assert re.search(rf"^        {re.escape(output)} \([1-9]\d* bytes, sha256 [0-9a-f]{{12}}…\)$", stdout, re.M), shown
 
     return first[1], first[2]
