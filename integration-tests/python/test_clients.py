@@ -5,15 +5,17 @@ What this module proves, against a real ``antler up`` process on loopback:
 * every ``.proto`` file under ``proto/`` compiles with stock ``grpcio-tools`` (well-known types included)
   and the generated modules import;
 * ``grpc.health.v1.Health/Check`` answers SERVING for the whole server ("") and for each of the six services;
-* one unary RPC per service, called through the generated stub, either succeeds, fails with the error its
-  contract documents for a lookup of an id that does not exist (NOT_FOUND), or fails with UNIMPLEMENTED whose
-  message names that exact RPC. Any other outcome (a wrong code, a transport error, an UNIMPLEMENTED naming
-  another RPC, which means a routing mix-up) fails the test. So the test keeps passing as capabilities land;
-* a server-streaming RPC (``RunService.JoinRun``) behaves the same way when its stream is iterated.
+* one unary RPC per service, called through the generated stub, gives exactly the answer its contract
+  documents on a fresh server: a reply whose content is checked (the built-in ``demo`` model, no MCP servers,
+  an empty pool, no facts), or one error code whose details name the field or the missing id;
+* a server-streaming RPC (``RunService.JoinRun``) of a missing run ends with NOT_FOUND naming it;
+* ``examples/python/stream_run.py`` and ``examples/node/stream_run.js`` (``@grpc/grpc-js``) stream the demo
+  run to SUCCESS, its file delivered.
 
 Reflection is checked by ``scripts/grpcurl-smoke`` (grpcio-reflection is not a dependency here).
 
-Environment: ``ANTLER_BIN`` (default ``<repo>/target/debug/antler``).
+Environment: ``ANTLER_BIN`` (default ``<repo>/target/debug/antler``), ``ANTLER_TOOLS`` (the Node example's
+packages are under ``$ANTLER_TOOLS/node-example``, default ``<repo>/.tools``; ``scripts/setup`` puts them there).
 Run: ``python -m pytest -q integration-tests/python``.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -276,6 +279,32 @@ def test_server_stream_through_stub(stubs_dir: Path, channel: grpc.Channel) -> N
 # --------------------------------------------------------------------------------------------------
 
 
+EVENT_LINE = re.compile(r"^\[\s*(\d+)\] (.*)$")
+
+
+def assert_demo_run_printed(stdout: str, output: str, shown: str) -> tuple[str, str]:
+    """An example's printout of the demo run: events in stream order, opened by the run's metadata, the
+    transcript's tool calls in order and finished, the delivered file listed, SUCCESS last. Returns the run
+    and thread ids the metadata line names."""
+    events = [(int(m[1]), m[2]) for m in map(EVENT_LINE.match, stdout.splitlines()) if m]
+    seqs = [seq for seq, _ in events]
+    assert seqs == sorted(set(seqs)) and seqs, f"event seqs not strictly increasing: {seqs}\n{shown}"
+    first = re.fullmatch(r"run ([0-9a-f-]{36}) on thread ([0-9a-f-]{36}) \(attempt 1\)", events[0][1])
+    assert first, f"the first event is not the run's metadata\n{shown}"
+    assert events[-1][1] == "end: SUCCESS", shown
+
+    # services/models/demo/transcript.yaml's tool calls in order (plan, write, check, tick the plan off,
+    # present), every one finished, then the receipt just before the end.
+    started = [text[len("tool "):text.index("(")] for _, text in events if text.startswith("tool ")]
+    assert started == ["write_todos", "write_file", "bash", "write_todos", "present_files"], shown
+    finished = sorted(text.split()[1] for _, text in events if text.startswith("  → "))
+    assert finished == sorted(started), shown
+    assert events[-2][1] == "delivery receipt: satisfied", shown
+    assert re.search(rf"^        {re.escape(output)} \([1-9]\d* bytes, sha256 [0-9a-f]{{12}}…\)$", stdout, re.M), shown
+
+    return first[1], first[2]
+
+
 def test_the_python_example_streams_the_demo_run(stubs_dir: Path, server: Server) -> None:
     """``examples/python/stream_run.py`` against ``antler up`` with no models configured: the built-in
     ``demo`` model plays its transcript, and the run succeeds only because its file was delivered."""
@@ -288,6 +317,37 @@ def test_the_python_example_streams_the_demo_run(stubs_dir: Path, server: Server
     )
     shown = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\n{server.logs()}"
     assert result.returncode == 0, shown
-    for expected in ("tool write_todos(", "tool write_file(", "tool present_files(", "delivery receipt: satisfied",
-                     output, "end: SUCCESS"):
-        assert expected in result.stdout, f"{expected!r} missing\n{shown}"
+    assert_demo_run_printed(result.stdout, output, shown)
+
+
+# --------------------------------------------------------------------------------------------------
+# (e) The Node example streams the same run over @grpc/grpc-js
+# --------------------------------------------------------------------------------------------------
+
+# scripts/setup installs examples/node/package.json's packages here; a user runs `npm ci` in examples/node.
+NODE_MODULES = Path(os.environ.get("ANTLER_TOOLS", REPO / ".tools")) / "node-example" / "node_modules"
+
+
+def test_the_node_example_streams_the_demo_run(stubs_dir: Path, server: Server, channel: grpc.Channel) -> None:
+    """``examples/node/stream_run.js`` against ``antler up``: the demo transcript's events are printed in
+    stream order, the run ends SUCCESS, and the run the example names is SUCCESS on the server too."""
+    if not (NODE_MODULES / "@grpc" / "grpc-js").is_dir():
+        pytest.fail(f"@grpc/grpc-js not found under {NODE_MODULES} (run scripts/setup)")
+    example = REPO / "examples" / "node" / "stream_run.js"
+    output = "/mnt/user-data/outputs/hello.md"
+    result = subprocess.run(
+        ["node", str(example), "Write a hello note and present it", "--addr", server.address,
+         "--plan", "--expect", output],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "NODE_PATH": str(NODE_MODULES)},
+    )
+    shown = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}\n{server.logs()}"
+    assert result.returncode == 0, shown
+
+    run_id, thread_id = assert_demo_run_printed(result.stdout, output, shown)
+
+    run_pb2 = importlib.import_module("antler.runs.v1.run_pb2")
+    service_pb2 = importlib.import_module("antler.runs.v1.run_service_pb2")
+    service_grpc = importlib.import_module("antler.runs.v1.run_service_pb2_grpc")
+    run = service_grpc.RunServiceStub(channel).GetRun(service_pb2.GetRunRequest(run_id=run_id), timeout=RPC_TIMEOUT_S).run
+    assert (run.thread_id, run.status) == (thread_id, run_pb2.RUN_STATUS_SUCCESS), run
