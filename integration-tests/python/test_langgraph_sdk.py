@@ -13,8 +13,6 @@ Run: ``python -m pytest -q integration-tests/python/test_langgraph_sdk.py``.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
 import time
 import uuid
@@ -27,11 +25,9 @@ import pytest
 from langgraph_sdk import get_client
 from langgraph_sdk.errors import AuthenticationError, ConflictError, NotFoundError, UnprocessableEntityError
 
-REPO = Path(__file__).resolve().parents[2]
-ANTLER_BIN = Path(os.environ.get("ANTLER_BIN", REPO / "target" / "debug" / "antler"))
-LISTEN_PREFIX = "antler listening on "
+import antler_up
+
 EDGE_PREFIX = "langgraph api listening on "
-STARTUP_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 60.0
 
 ALICE = "alice-key-0123456789abcdef"
@@ -104,39 +100,14 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    if not ANTLER_BIN.is_file():
-        pytest.fail(f"antler binary not found at {ANTLER_BIN} (build it, or set ANTLER_BIN)")
     root = tmp_path_factory.mktemp("antler-langgraph")
-    (root / "antler.yaml").write_text(CONFIG)
-    stdout_path, stderr_path = root / "stdout.log", root / "stderr.log"
-    with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
-        proc = subprocess.Popen(
-            [str(ANTLER_BIN), "up", "--config", str(root / "antler.yaml"), "--listen", "127.0.0.1:0", "--data-dir", str(root / "data")],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=root,
-            env={k: v for k, v in os.environ.items() if k != "DEER_FLOW_EXTENSIONS_CONFIG_PATH"},
-        )
 
-    def stop() -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    request.addfinalizer(stop)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while True:
-        text = stdout_path.read_text(errors="replace")
+    def ready(text: str) -> str | None:
         edge = [line[len(EDGE_PREFIX):].strip() for line in text.splitlines() if line.startswith(EDGE_PREFIX)]
-        if edge and LISTEN_PREFIX in text:
-            return Server(proc, edge[0], stdout_path, stderr_path)
-        if proc.poll() is not None:
-            pytest.fail(f"antler exited with {proc.returncode} before listening\n{stderr_path.read_text(errors='replace')}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"no '{EDGE_PREFIX}…' line within {STARTUP_TIMEOUT_S:.0f} s\n{stderr_path.read_text(errors='replace')}")
-        time.sleep(0.05)
+        return edge[0] if edge and antler_up.LISTEN_PREFIX in text else None
+
+    started = antler_up.start(request, root, CONFIG, ready)
+    return Server(started.proc, started.ready, started.stdout, started.stderr)
 
 
 def run(body: Callable[[], Awaitable[Any]]) -> Any:

@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -34,11 +31,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+import antler_up
+
 REPO = Path(__file__).resolve().parents[2]
 PROTO_ROOT = REPO / "proto"
-ANTLER_BIN = Path(os.environ.get("ANTLER_BIN", REPO / "target" / "debug" / "antler"))
-LISTEN_PREFIX = "antler listening on "
-STARTUP_TIMEOUT_S = 30.0
 RPC_TIMEOUT_S = 10.0
 
 
@@ -139,37 +135,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 def _start(request: pytest.FixtureRequest, root: Path, config: str) -> str:
     """Starts ``antler up`` with ``config`` on a free loopback port; returns its address."""
-    if not ANTLER_BIN.is_file():
-        pytest.fail(f"antler binary not found at {ANTLER_BIN} (build it, or set ANTLER_BIN)")
-    (root / "antler.yaml").write_text(config)
-    stdout_path, stderr_path = root / "stdout.log", root / "stderr.log"
-    with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [str(ANTLER_BIN), "up", "--listen", "127.0.0.1:0", "--data-dir", str(root / "data"), "--config", str(root / "antler.yaml")],
-            stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=root,
-            env={k: v for k, v in os.environ.items() if k not in ("DEER_FLOW_EXTENSIONS_CONFIG_PATH", "ANTLER_CONFIG")},
-        )
-
-    def stop() -> None:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    request.addfinalizer(stop)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while True:
-        for line in stdout_path.read_text(errors="replace").splitlines():
-            if line.startswith(LISTEN_PREFIX):
-                return line[len(LISTEN_PREFIX):].strip()
-        if proc.poll() is not None:
-            pytest.fail(f"antler exited with {proc.returncode} before listening\n{stderr_path.read_text(errors='replace')}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"no '{LISTEN_PREFIX}...' line within {STARTUP_TIMEOUT_S:.0f} s\n{stderr_path.read_text(errors='replace')}")
-        time.sleep(0.05)
+    return antler_up.start(request, root, config, antler_up.listen_address).ready
 
 
 def _tls_yaml(pki: Pki, mutual: bool) -> str:
