@@ -73,6 +73,7 @@ pub async fn create(
         latest_run_id: None,
         created_at: now,
         updated_at: now,
+        parent_thread_id: None,
     };
     let tx = engine.store.tx().await?;
     let inserted = threads::Entity::insert(threads::ActiveModel::from(model.clone())).exec_without_returning(&*tx).await;
@@ -137,14 +138,25 @@ pub async fn update(
     find(engine, user_id, thread_id).await
 }
 
-/// Deletes a thread with its runs, events, checkpoints, side-effect journal and feedback. FAILED_PRECONDITION while a run
-/// is active. Returns how many runs were removed.
+/// Deletes a thread with its runs, events, checkpoints, side-effect journal and feedback, and the
+/// threads of its subagent runs with theirs. FAILED_PRECONDITION while a run is active. Returns how
+/// many runs were removed.
 pub async fn delete(engine: &Engine, user_id: &str, thread_id: &str) -> Result<u64, RunsError> {
     find(engine, user_id, thread_id).await?;
     let tx = engine.store.tx().await?;
+    let mut thread_ids: Vec<String> = threads::Entity::find()
+        .select_only()
+        .column(threads::Column::ThreadId)
+        .filter(threads::Column::UserId.eq(user_id))
+        .filter(threads::Column::ParentThreadId.eq(thread_id))
+        .into_tuple()
+        .all(&*tx)
+        .await?;
+    thread_ids.push(thread_id.to_owned());
+    let thread_ids = &thread_ids;
     let active = runs::Entity::find()
         .filter(runs::Column::UserId.eq(user_id))
-        .filter(runs::Column::ThreadId.eq(thread_id))
+        .filter(runs::Column::ThreadId.is_in(thread_ids.iter().map(String::as_str)))
         .filter(runs::Column::Status.is_in(ACTIVE))
         .one(&*tx)
         .await?;
@@ -158,7 +170,7 @@ pub async fn delete(engine: &Engine, user_id: &str, thread_id: &str) -> Result<u
         .select_only()
         .column(runs::Column::RunId)
         .filter(runs::Column::UserId.eq(user_id))
-        .filter(runs::Column::ThreadId.eq(thread_id))
+        .filter(runs::Column::ThreadId.is_in(thread_ids.iter().map(String::as_str)))
         .into_tuple()
         .all(&*tx)
         .await?;
@@ -168,15 +180,15 @@ pub async fn delete(engine: &Engine, user_id: &str, thread_id: &str) -> Result<u
         tool_effects::Entity::delete_many().filter(tool_effects::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
         run_inputs::Entity::delete_many().filter(run_inputs::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
     }
-    runs::Entity::delete_many().filter(runs::Column::UserId.eq(user_id)).filter(runs::Column::ThreadId.eq(thread_id)).exec(&*tx).await?;
+    runs::Entity::delete_many().filter(runs::Column::UserId.eq(user_id)).filter(runs::Column::ThreadId.is_in(thread_ids.iter().map(String::as_str))).exec(&*tx).await?;
     checkpoints::Entity::delete_many()
         .filter(checkpoints::Column::UserId.eq(user_id))
-        .filter(checkpoints::Column::ThreadId.eq(thread_id))
+        .filter(checkpoints::Column::ThreadId.is_in(thread_ids.iter().map(String::as_str)))
         .exec(&*tx)
         .await?;
     threads::Entity::delete_many()
         .filter(threads::Column::UserId.eq(user_id))
-        .filter(threads::Column::ThreadId.eq(thread_id))
+        .filter(threads::Column::ThreadId.is_in(thread_ids.iter().map(String::as_str)))
         .exec(&*tx)
         .await?;
     tx.commit().await?;
@@ -294,8 +306,10 @@ pub async fn list(
     let mut out = Vec::new();
     // Filters are applied in memory after fetching by cursor; scan in batches until the page fills.
     loop {
+        // The threads of subagent runs belong to their parent's thread, not to the user's list.
         let mut query = threads::Entity::find()
             .filter(threads::Column::UserId.eq(user_id))
+            .filter(threads::Column::ParentThreadId.is_null())
             .order_by_desc(threads::Column::CreatedAt)
             .order_by_desc(threads::Column::ThreadId)
             .limit(page_size.max(50));

@@ -43,5 +43,8 @@ pub fn run(model: &runs::Model, reused: bool) -> Run {
         last_seq: model.last_seq.max(0) as u64,
         cancel_action: if cancel_action == CancelAction::Unspecified { 0 } else { cancel_action as i32 },
         updated_at: Some(to_timestamp(model.updated_at)),
+        parent_run_id: model.parent_run_id.clone().unwrap_or_default(),
+        parent_task_id: model.parent_task_id.clone().unwrap_or_default(),
+        subagent_type: request.subagent.map(|s| s.subagent_type).unwrap_or_default(),
     }
 }

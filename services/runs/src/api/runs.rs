@@ -44,6 +44,13 @@ impl RunApi {
     }
 
     async fn admit_request(&self, ctx: &CallContext, mut req: CreateRunRequest) -> Result<(runs::Model, bool), Status> {
+        if req.subagent.is_some() {
+            return Err(RunsError::invalid(
+                "subagent",
+                "is set by the runs service on the child runs of a `task` call; a client cannot create one\nhint: enable config.subagents_enabled and let the lead agent delegate",
+            )
+            .into());
+        }
         admission::sanitise(&self.engine, &mut req)?;
         crate::lifecycle::resume::apply(&self.engine, &ctx.identity.user_id, &mut req).await?;
         let model = req.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
@@ -197,7 +204,9 @@ impl RunService for RunApi {
         let size = paging::size(page.page_size, paging::DEFAULT_PAGE, paging::MAX_PAGE);
         let mut query = runs::Entity::find().filter(runs::Column::UserId.eq(user.as_str()));
         // An empty thread_id lists all of the caller's runs.
-        if !req.thread_id.is_empty() {
+        if !req.parent_run_id.is_empty() {
+            query = query.filter(runs::Column::ParentRunId.eq(req.parent_run_id.as_str()));
+        } else if !req.thread_id.is_empty() {
             thread_domain::find(&self.engine, &user, &req.thread_id).await?;
             query = query.filter(runs::Column::ThreadId.eq(req.thread_id.as_str()));
         }

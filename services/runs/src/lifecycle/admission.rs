@@ -459,6 +459,7 @@ pub(crate) fn new_thread_row(user_id: &str, run_id: &str, now: i64) -> threads::
         latest_run_id: Some(run_id.to_owned()),
         created_at: now,
         updated_at: now,
+        parent_thread_id: None,
     }
 }
 
@@ -539,6 +540,8 @@ pub(crate) fn new_run(
         started_at: None,
         finished_at: None,
         updated_at: now,
+        parent_run_id: req.subagent.as_ref().map(|s| s.parent_run_id.clone()),
+        parent_task_id: req.subagent.as_ref().map(|s| s.task_id.clone()),
     };
     NewRun { run, input, first }
 }

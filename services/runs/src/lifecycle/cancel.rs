@@ -4,7 +4,7 @@
 
 use antler_proto::runs::{CancelAction, RunEvent};
 use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
 
 use super::{Ending, FINALIZING, INTERRUPTED, PENDING, RUNNING, end_by_service, is_terminal, promote_next_queued, status_from_str};
 use crate::engine::{Engine, StopCause};
@@ -144,7 +144,32 @@ pub async fn cancel(
         engine.wake.notify_one();
     }
     tracing::info!(run_id, action = %winner, cause = cause.as_str(), "cancel requested");
+    cancel_children(engine, user_id, run_id, cause).await;
     Ok(action_from_str(Some(&winner)))
+}
+
+/// A cancel of a run reaches its subagent runs: each active child is interrupted for the same cause
+/// (a rollback of the parent does not roll the children's own threads back). Best effort: a child
+/// that cannot be cancelled now ends when its parent stops waiting on it.
+async fn cancel_children(engine: &Engine, user_id: &str, run_id: &str, cause: CancelCause) {
+    let children: Result<Vec<String>, _> = runs::Entity::find()
+        .select_only()
+        .column(runs::Column::RunId)
+        .filter(runs::Column::ParentRunId.eq(run_id))
+        .filter(runs::Column::Status.is_in(super::ACTIVE))
+        .into_tuple()
+        .all(engine.store.db())
+        .await;
+    match children {
+        Ok(children) => {
+            for child in children {
+                if let Err(error) = Box::pin(cancel(engine, user_id, "", &child, CancelAction::Interrupt, cause)).await {
+                    tracing::debug!(run_id = %child, %error, "subagent run not cancelled with its parent");
+                }
+            }
+        }
+        Err(error) => tracing::warn!(run_id, %error, "cannot list the run's subagent runs to cancel them"),
+    }
 }
 
 /// FAILED_PRECONDITION for a run past the point where a cancel can win.

@@ -189,6 +189,9 @@ pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Mod
             };
             let ending = Ending { status: ERROR, stop_reason: "max_attempts_exceeded".to_owned(), error: Some(error), rollback: false };
             end_by_service(&*tx, &run, &[RUNNING], &ending).await?
+        } else if run.parent_run_id.is_some() {
+            // A subagent run is taken over by its parent (which resumes first and waits on it).
+            None
         } else if claimed.len() < capacity {
             if let Some((model, event)) = claim(&*tx, engine, &run, expired_before).await? {
                 events.push(event);

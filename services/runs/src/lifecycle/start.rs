@@ -68,6 +68,8 @@ pub async fn startable(engine: &Engine, limit: u64) -> Result<Vec<String>, RunsE
         .filter(runs::Column::Status.eq(PENDING))
         .filter(runs::Column::Queued.eq(false))
         .filter(runs::Column::CancelAction.is_null())
+        // A subagent run is started by its parent's `task` call, under the parent's slot.
+        .filter(runs::Column::ParentRunId.is_null())
         .filter(claimable)
         .order_by_asc(runs::Column::CreatedAt)
         .limit(limit)

@@ -10,7 +10,7 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(Initial), Box::new(ToolEffects), Box::new(RunInputs), Box::new(CancelCause)]
+        vec![Box::new(Initial), Box::new(ToolEffects), Box::new(RunInputs), Box::new(CancelCause), Box::new(Subagents)]
     }
 
     fn migration_table_name() -> DynIden {
@@ -229,6 +229,48 @@ impl MigrationTrait for CancelCause {
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager.get_connection().execute_unprepared("ALTER TABLE runs DROP COLUMN cancel_cause").await?;
+        Ok(())
+    }
+}
+
+/// Subagent runs (DESIGN §5): a child run names the run and `task` call that started it, which
+/// identify it exactly once (a resumed parent finds its child again); its thread names the parent's
+/// thread, so ListThreads leaves child threads out and deleting a thread deletes its children's.
+struct Subagents;
+
+impl MigrationName for Subagents {
+    fn name(&self) -> &str {
+        "m0005_subagents"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for Subagents {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        for statement in [
+            "ALTER TABLE runs ADD COLUMN parent_run_id TEXT",
+            "ALTER TABLE runs ADD COLUMN parent_task_id TEXT",
+            "CREATE UNIQUE INDEX runs_one_child_per_task ON runs (parent_run_id, parent_task_id) WHERE parent_run_id IS NOT NULL",
+            "ALTER TABLE threads ADD COLUMN parent_thread_id TEXT",
+            "CREATE INDEX threads_by_parent ON threads (user_id, parent_thread_id) WHERE parent_thread_id IS NOT NULL",
+        ] {
+            db.execute_unprepared(statement).await?;
+        }
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        for statement in [
+            "DROP INDEX threads_by_parent",
+            "ALTER TABLE threads DROP COLUMN parent_thread_id",
+            "DROP INDEX runs_one_child_per_task",
+            "ALTER TABLE runs DROP COLUMN parent_task_id",
+            "ALTER TABLE runs DROP COLUMN parent_run_id",
+        ] {
+            db.execute_unprepared(statement).await?;
+        }
         Ok(())
     }
 }

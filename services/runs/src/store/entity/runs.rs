@@ -45,6 +45,10 @@ pub struct Model {
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
     pub updated_at: i64,
+    /// For a subagent run: the run whose `task` call started it (it executes the child itself).
+    pub parent_run_id: Option<String>,
+    /// For a subagent run: that `task` tool call's id.
+    pub parent_task_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -17,6 +17,8 @@ pub struct Model {
     pub latest_run_id: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// For a subagent run's thread: its parent run's thread (hidden from ListThreads, deleted with it).
+    pub parent_thread_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
