@@ -10,7 +10,7 @@ use crate::engine::Engine;
 use crate::error::RunsError;
 use crate::lifecycle::{ACTIVE, ERROR, INTERRUPTED, TIMEOUT};
 use crate::paging;
-use crate::store::entity::{checkpoints, feedback, run_events, run_inputs, runs, threads, tool_effects};
+use crate::store::entity::{checkpoint_blobs, checkpoints, feedback, run_events, run_inputs, runs, threads, tool_effects};
 use crate::store::now_ms;
 use crate::time::to_timestamp;
 use antler_kit::json::{json_text_to_struct, struct_to_json};
@@ -174,6 +174,11 @@ pub async fn delete(engine: &Engine, user_id: &str, thread_id: &str) -> Result<u
         .filter(checkpoints::Column::ThreadId.eq(thread_id))
         .exec(&*tx)
         .await?;
+    checkpoint_blobs::Entity::delete_many()
+        .filter(checkpoint_blobs::Column::UserId.eq(user_id))
+        .filter(checkpoint_blobs::Column::ThreadId.eq(thread_id))
+        .exec(&*tx)
+        .await?;
     threads::Entity::delete_many()
         .filter(threads::Column::UserId.eq(user_id))
         .filter(threads::Column::ThreadId.eq(thread_id))
@@ -217,13 +222,10 @@ pub async fn checkpoint(engine: &Engine, thread: &threads::Model, checkpoint_id:
         None => thread.head_checkpoint_id.clone(),
     };
     let Some(id) = id else { return Ok(None) };
-    let row = checkpoints::Entity::find_by_id(id.clone())
-        .filter(checkpoints::Column::UserId.eq(thread.user_id.as_str()))
-        .filter(checkpoints::Column::ThreadId.eq(thread.thread_id.as_str()))
-        .one(engine.store.db())
+    let (checkpoint, _) = crate::checkpoints::find(engine.store.db(), &thread.user_id, &thread.thread_id, &id)
         .await?
         .ok_or_else(|| RunsError::NotFound(format!("checkpoint {id}")))?;
-    Ok(Some(Checkpoint::decode(row.state.as_slice()).map_err(|e| RunsError::Store(e.into()))?))
+    Ok(Some(checkpoint))
 }
 
 pub async fn to_proto(engine: &Engine, thread: &threads::Model, include_values: bool) -> Result<Thread, RunsError> {
@@ -362,11 +364,7 @@ pub async fn history(
     };
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let mut checkpoint = Checkpoint::decode(row.state.as_slice()).map_err(|e| RunsError::Store(e.into()))?;
-        if !include_messages {
-            checkpoint.messages.clear();
-        }
-        out.push(checkpoint);
+        out.push(crate::checkpoints::read(engine.store.db(), &row, include_messages).await?.0);
     }
     Ok((out, next))
 }
