@@ -312,6 +312,7 @@ pub async fn find<C: ConnectionTrait>(
     user_id: &str,
     thread_id: &str,
     checkpoint_id: &str,
+    with_messages: bool,
 ) -> Result<Option<(Checkpoint, u32)>, RunsError> {
     let row = checkpoints::Entity::find_by_id(checkpoint_id.to_owned())
         .filter(checkpoints::Column::UserId.eq(user_id))
@@ -319,7 +320,7 @@ pub async fn find<C: ConnectionTrait>(
         .one(db)
         .await?;
     match row {
-        Some(row) => Ok(Some(read(db, &row, true).await?)),
+        Some(row) => Ok(Some(read(db, &row, with_messages).await?)),
         None => Ok(None),
     }
 }

@@ -105,7 +105,7 @@ impl Default for RunsConfig {
             max_request_bytes: 4 * 1024 * 1024,
             context_keys: DEFAULT_CONTEXT_KEYS.iter().map(|k| (*k).to_owned()).collect(),
             event_buffer: 1024,
-            checkpoint_snapshot_every: 16,
+            checkpoint_snapshot_every: 32,
             checkpoint_blob_min_bytes: 4096,
             state_max_message_bytes: 8 * 1024 * 1024,
             agent: AgentKind::Lead,

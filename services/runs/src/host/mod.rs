@@ -219,14 +219,16 @@ impl RunHost {
                     // wrote it, else read once (a new run, a resumed attempt, after a rollback).
                     let parent_full = match (&parent, &known_last) {
                         (Some(id), Some(known)) if &known.checkpoint_id == id => Some(std::borrow::Cow::Borrowed(known)),
-                        (Some(id), _) => crate::checkpoints::find(&*tx, &spec.user_id, &spec.thread_id, id).await?.map(|(c, depth)| {
-                            std::borrow::Cow::Owned(crate::checkpoints::Full {
-                                checkpoint_id: id.clone(),
-                                messages: c.messages,
-                                values: c.values.unwrap_or_default(),
-                                depth,
+                        (Some(id), _) => {
+                            crate::checkpoints::find(&*tx, &spec.user_id, &spec.thread_id, id, true).await?.map(|(c, depth)| {
+                                std::borrow::Cow::Owned(crate::checkpoints::Full {
+                                    checkpoint_id: id.clone(),
+                                    messages: c.messages,
+                                    values: c.values.unwrap_or_default(),
+                                    depth,
+                                })
                             })
-                        }),
+                        }
                         (None, _) => None,
                     };
                     let policy = crate::checkpoints::Policy {
