@@ -40,7 +40,8 @@ async fn measure(backend: Backend, extra: &str, steps: usize) -> Result<Figures>
     let thread = "bench";
     for i in 0..steps {
         let text = format!("turn {i}: {}", "a realistic user question of some length ".repeat(10));
-        let request = CreateRunRequest { thread_id: thread.into(), create_thread: i == 0, input: vec![user_text(&text)], ..Default::default() };
+        let request =
+            CreateRunRequest { thread_id: thread.into(), create_thread: i == 0, input: vec![user_text(&text)], ..Default::default() };
         let done = runs.wait_run(authed(WaitRunRequest { create: Some(request) }, ALICE)).await?.into_inner();
         anyhow::ensure!(done.run.map(|r| r.status()) == Some(RunStatus::Success), "run {i} failed");
     }
@@ -48,15 +49,16 @@ async fn measure(backend: Backend, extra: &str, steps: usize) -> Result<Figures>
     let len = if backend == Backend::Sqlite { "length" } else { "octet_length" };
     let rows = scalar(&conn, backend, &format!("SELECT CAST(COALESCE(SUM({len}(state)), 0) AS BIGINT) FROM checkpoints")).await?;
     let blobs = scalar(&conn, backend, &format!("SELECT CAST(COALESCE(SUM({len}(content)), 0) AS BIGINT) FROM checkpoint_blobs")).await?;
-    let last_row =
-        scalar(&conn, backend, &format!("SELECT CAST({len}(state) AS BIGINT) FROM checkpoints ORDER BY created_at DESC, checkpoint_id DESC LIMIT 1"))
-            .await?;
+    let last_row = scalar(
+        &conn,
+        backend,
+        &format!("SELECT CAST({len}(state) AS BIGINT) FROM checkpoints ORDER BY created_at DESC, checkpoint_id DESC LIMIT 1"),
+    )
+    .await?;
     let mut reads = Vec::new();
     for _ in 0..30 {
         let started = Instant::now();
-        threads
-            .get_thread_state(authed(GetThreadStateRequest { thread_id: thread.into(), ..Default::default() }, ALICE))
-            .await?;
+        threads.get_thread_state(authed(GetThreadStateRequest { thread_id: thread.into(), ..Default::default() }, ALICE)).await?;
         reads.push(started.elapsed());
     }
     reads.sort();

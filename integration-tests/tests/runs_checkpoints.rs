@@ -341,3 +341,53 @@ async fn a_state_past_the_message_limit_is_paged() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A whole checkpoint as rows were written before compact checkpoints (`encoding` 0) reads as it
+/// did, and the next run stores its delta against it.
+#[tokio::test]
+async fn a_whole_checkpoint_of_before_still_reads_and_takes_deltas() -> anyhow::Result<()> {
+    for backend in BACKENDS {
+        let db = TestDb::new(backend).await?;
+        let server = start_runs(&db, "")?;
+        let (mut runs, mut threads) = clients(&server).await?;
+        let first = run_to_end(&mut runs, new_thread("t-old", json!([{"say": say_text(0)}, {"checkpoint": true}])), T).await?;
+        assert_eq!(first.status(), RunStatus::Success, "{backend:?}");
+        let get = |threads: &mut thread_service_client::ThreadServiceClient<tonic::transport::Channel>| {
+            let mut threads = threads.clone();
+            async move {
+                anyhow::Ok(
+                    threads
+                        .get_thread_state(authed(GetThreadStateRequest { thread_id: "t-old".into(), ..Default::default() }, ALICE))
+                        .await?
+                        .into_inner()
+                        .state
+                        .and_then(|s| s.checkpoint)
+                        .unwrap_or_default(),
+                )
+            }
+        };
+        let whole = get(&mut threads).await?;
+        // Rewrite the row the way it was stored before the migration.
+        let conn = db.connect().await?;
+        let (kind, sql) = match backend {
+            Backend::Sqlite => (sea_orm::DbBackend::Sqlite, "UPDATE checkpoints SET state = ?, encoding = 0 WHERE checkpoint_id = ?"),
+            Backend::Postgres => (sea_orm::DbBackend::Postgres, "UPDATE checkpoints SET state = $1, encoding = 0 WHERE checkpoint_id = $2"),
+        };
+        conn.execute_raw(Statement::from_sql_and_values(kind, sql, [whole.encode_to_vec().into(), whole.checkpoint_id.clone().into()]))
+            .await?;
+        assert_eq!(rows(&conn, backend, &first.run_id).await?[0].2, 0);
+        assert_eq!(get(&mut threads).await?, whole, "{backend:?}: the whole row reads as before");
+
+        let second = run_to_end(&mut runs, run_request("t-old", json!([{"say": say_text(1)}, {"checkpoint": true}])), T).await?;
+        assert_eq!(second.status(), RunStatus::Success, "{backend:?}");
+        let head = get(&mut threads).await?;
+        assert_eq!(head.messages[..whole.messages.len()], whole.messages[..], "{backend:?}");
+        assert_eq!(head.messages.last().map(text_of), Some(say_text(1)));
+        let row = rows(&conn, backend, &second.run_id).await?;
+        assert_eq!(row[0].2, 1, "{backend:?}: the new row is compact");
+        // Only the two new messages (the run's input and its answer), not the old ones again.
+        let appended: usize = head.messages[whole.messages.len()..].iter().map(|m| m.encoded_len() + 4).sum();
+        assert!((row[0].1 as usize) < appended + 256, "{backend:?}: {} bytes, a delta against the old whole row", row[0].1);
+    }
+    Ok(())
+}
