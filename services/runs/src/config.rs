@@ -61,6 +61,17 @@ pub struct RunsConfig {
     pub context_keys: Vec<String>,
     /// Live events buffered per run for subscribers; a subscriber further behind re-reads the store.
     pub event_buffer: u32,
+    /// A checkpoint is stored as what changed since its parent, and as a full snapshot when its
+    /// parent is this many deltas from its own snapshot: a read replays at most this many deltas.
+    /// 1 stores every checkpoint whole (the storage of before compact checkpoints).
+    pub checkpoint_snapshot_every: u32,
+    /// Messages whose protobuf encoding is at least this many bytes are stored once per thread
+    /// (`checkpoint_blobs`, by sha256) and referenced from every checkpoint that holds them.
+    pub checkpoint_blob_min_bytes: u32,
+    /// The most message bytes GetThreadState and WaitRun put in one answer: the newest messages
+    /// that fit are returned, with a token for the older ones (keeps answers under the gRPC
+    /// message limit, `server.max_message_bytes`).
+    pub state_max_message_bytes: u32,
     /// The agent runs execute. `lead` (the default): the lead agent, a model ⇄ tools loop through the
     /// models and sandbox services (settings in `lead`). `script`: a deterministic agent with no model
     /// that echoes the input, or follows a JSON script given as the input text (see the README); the
@@ -94,6 +105,9 @@ impl Default for RunsConfig {
             max_request_bytes: 4 * 1024 * 1024,
             context_keys: DEFAULT_CONTEXT_KEYS.iter().map(|k| (*k).to_owned()).collect(),
             event_buffer: 1024,
+            checkpoint_snapshot_every: 32,
+            checkpoint_blob_min_bytes: 4096,
+            state_max_message_bytes: 8 * 1024 * 1024,
             agent: AgentKind::Lead,
             lead: Default::default(),
             langgraph_api: Default::default(),
@@ -171,6 +185,9 @@ impl RunsConfig {
         check_range("runs.max_input_messages", self.max_input_messages.into(), 1, 100_000)?;
         check_range("runs.max_metadata_bytes", self.max_metadata_bytes.into(), 256, 16 * 1024 * 1024)?;
         check_range("runs.max_request_bytes", self.max_request_bytes.into(), 4096, 1 << 30)?;
+        check_range("runs.checkpoint_snapshot_every", self.checkpoint_snapshot_every.into(), 1, 1024)?;
+        check_range("runs.checkpoint_blob_min_bytes", self.checkpoint_blob_min_bytes.into(), 256, 1 << 30)?;
+        check_range("runs.state_max_message_bytes", self.state_max_message_bytes.into(), 65_536, 1 << 30)?;
         check_range("runs.context_keys (entries)", self.context_keys.len() as u64, 0, 256)?;
         if let Some(key) = self.context_keys.iter().find(|k| {
             k.is_empty()

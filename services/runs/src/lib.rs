@@ -7,6 +7,7 @@
 //! executing runs (`worker.rs`), the agents' writes (`host/`, the runs side of `antler_agent::Host`).
 
 pub mod api;
+pub mod checkpoints;
 pub mod config;
 pub mod engine;
 pub mod error;

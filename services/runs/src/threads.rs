@@ -10,7 +10,7 @@ use crate::engine::Engine;
 use crate::error::RunsError;
 use crate::lifecycle::{ACTIVE, ERROR, INTERRUPTED, TIMEOUT};
 use crate::paging;
-use crate::store::entity::{checkpoints, feedback, run_events, run_inputs, runs, threads, tool_effects};
+use crate::store::entity::{checkpoint_blobs, checkpoints, feedback, run_events, run_inputs, runs, threads, tool_effects};
 use crate::store::now_ms;
 use crate::time::to_timestamp;
 use antler_kit::json::{json_text_to_struct, struct_to_json};
@@ -186,6 +186,11 @@ pub async fn delete(engine: &Engine, user_id: &str, thread_id: &str) -> Result<u
         .filter(checkpoints::Column::ThreadId.is_in(thread_ids.iter().map(String::as_str)))
         .exec(&*tx)
         .await?;
+    checkpoint_blobs::Entity::delete_many()
+        .filter(checkpoint_blobs::Column::UserId.eq(user_id))
+        .filter(checkpoint_blobs::Column::ThreadId.is_in(thread_ids.iter().map(String::as_str)))
+        .exec(&*tx)
+        .await?;
     threads::Entity::delete_many()
         .filter(threads::Column::UserId.eq(user_id))
         .filter(threads::Column::ThreadId.is_in(thread_ids.iter().map(String::as_str)))
@@ -222,25 +227,27 @@ pub async fn status(engine: &Engine, thread: &threads::Model) -> Result<(ThreadS
     Ok((status, None))
 }
 
-/// The head checkpoint (or a named one) of a thread.
-pub async fn checkpoint(engine: &Engine, thread: &threads::Model, checkpoint_id: Option<&str>) -> Result<Option<Checkpoint>, RunsError> {
+/// The head checkpoint (or a named one) of a thread; its messages left empty unless `with_messages`.
+pub async fn checkpoint(
+    engine: &Engine,
+    thread: &threads::Model,
+    checkpoint_id: Option<&str>,
+    with_messages: bool,
+) -> Result<Option<Checkpoint>, RunsError> {
     let id = match checkpoint_id {
         Some(id) => Some(id.to_owned()),
         None => thread.head_checkpoint_id.clone(),
     };
     let Some(id) = id else { return Ok(None) };
-    let row = checkpoints::Entity::find_by_id(id.clone())
-        .filter(checkpoints::Column::UserId.eq(thread.user_id.as_str()))
-        .filter(checkpoints::Column::ThreadId.eq(thread.thread_id.as_str()))
-        .one(engine.store.db())
+    let (checkpoint, _) = crate::checkpoints::find(engine.store.db(), &thread.user_id, &thread.thread_id, &id, with_messages)
         .await?
         .ok_or_else(|| RunsError::NotFound(format!("checkpoint {id}")))?;
-    Ok(Some(Checkpoint::decode(row.state.as_slice()).map_err(|e| RunsError::Store(e.into()))?))
+    Ok(Some(checkpoint))
 }
 
 pub async fn to_proto(engine: &Engine, thread: &threads::Model, include_values: bool) -> Result<Thread, RunsError> {
     let (status, active) = status(engine, thread).await?;
-    let values = if include_values { checkpoint(engine, thread, None).await?.and_then(|c| c.values) } else { None };
+    let values = if include_values { checkpoint(engine, thread, None, false).await?.and_then(|c| c.values) } else { None };
     Ok(Thread {
         thread_id: thread.thread_id.clone(),
         status: status as i32,
@@ -254,17 +261,77 @@ pub async fn to_proto(engine: &Engine, thread: &threads::Model, include_values: 
     })
 }
 
-pub async fn state(engine: &Engine, thread: &threads::Model, checkpoint_id: Option<&str>) -> Result<ThreadState, RunsError> {
+/// Which of a checkpoint's messages a state answer carries: the newest `limit` (0: any number)
+/// before `page_token`'s position (empty: the end), within `runs.state_max_message_bytes`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MessagePage<'a> {
+    pub limit: u32,
+    pub page_token: &'a str,
+}
+
+/// The thread's state at `checkpoint_id` (None: its head), its messages bounded by `page`.
+pub async fn state(
+    engine: &Engine,
+    thread: &threads::Model,
+    checkpoint_id: Option<&str>,
+    page: MessagePage<'_>,
+) -> Result<ThreadState, RunsError> {
     let (status, _) = status(engine, thread).await?;
+    // A page token names the checkpoint and the index the page ends before.
+    let cursor = paging::decode(page.page_token, "messages_page_token")?;
+    let checkpoint_id = match &cursor {
+        Some((_, id)) => Some(id.as_str()),
+        None => checkpoint_id,
+    };
+    let mut checkpoint = checkpoint(engine, thread, checkpoint_id, true).await?;
+    let (mut total, mut offset, mut next_token) = (0, 0, String::new());
+    if let Some(checkpoint) = &mut checkpoint {
+        total = checkpoint.messages.len();
+        let end = match cursor {
+            Some((end, _)) if end >= 0 && end as usize <= total => end as usize,
+            Some(_) => return Err(RunsError::invalid("messages_page_token", "is not a token returned by this service")),
+            None => total,
+        };
+        let start = page_start(&checkpoint.messages[..end], page.limit, engine.config.state_max_message_bytes as usize);
+        checkpoint.messages.truncate(end);
+        checkpoint.messages.drain(..start);
+        offset = start;
+        if start > 0 {
+            next_token = paging::encode(start as i64, &checkpoint.checkpoint_id);
+        }
+    }
     Ok(ThreadState {
         thread_id: thread.thread_id.clone(),
-        checkpoint: checkpoint(engine, thread, checkpoint_id).await?,
+        checkpoint,
         // The lead agent finishes each turn before its run ends (no breakpoints yet), so nothing is
         // ever left to run: an empty list is the truth, not a placeholder.
         next: Vec::new(),
         pending_clarification: pending_clarification(engine, thread).await?,
         status: status as i32,
+        messages_total: total as u64,
+        messages_offset: offset as u64,
+        messages_next_page_token: next_token,
     })
+}
+
+/// Where the page of `messages` that ends with the last one starts: at most `limit` of them
+/// (0: any number) and `max_bytes` of encoding, but at least one.
+fn page_start(messages: &[antler_proto::common::Message], limit: u32, max_bytes: usize) -> usize {
+    let mut start = messages.len();
+    let mut bytes = 0usize;
+    while start > 0 {
+        if limit > 0 && messages.len() - start >= limit as usize {
+            break;
+        }
+        // The field tag and length prefix of each repeated message, counted generously.
+        let size = messages[start - 1].encoded_len() + 8;
+        if bytes + size > max_bytes && start < messages.len() {
+            break;
+        }
+        bytes += size;
+        start -= 1;
+    }
+    start
 }
 
 /// The question the thread waits on: the last clarification of its latest run, when that run ended
@@ -369,16 +436,22 @@ pub async fn history(
         );
     }
     let rows = query.all(engine.store.db()).await?;
-    let next = if rows.len() as u64 == page_size {
+    let mut next = if rows.len() as u64 == page_size {
         rows.last().map(|r| paging::encode(r.created_at, &r.checkpoint_id)).unwrap_or_default()
     } else {
         String::new()
     };
     let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let mut checkpoint = Checkpoint::decode(row.state.as_slice()).map_err(|e| RunsError::Store(e.into()))?;
-        if !include_messages {
-            checkpoint.messages.clear();
+    // A page also ends before `runs.state_max_message_bytes` (it always holds one checkpoint), so
+    // an answer with messages stays under the gRPC message limit.
+    let mut bytes = 0usize;
+    for (index, row) in rows.iter().enumerate() {
+        let checkpoint = crate::checkpoints::read(engine.store.db(), row, include_messages).await?.0;
+        bytes += checkpoint.encoded_len();
+        if bytes > engine.config.state_max_message_bytes as usize && !out.is_empty() {
+            let last = &rows[index - 1];
+            next = paging::encode(last.created_at, &last.checkpoint_id);
+            break;
         }
         out.push(checkpoint);
     }

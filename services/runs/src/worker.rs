@@ -369,7 +369,10 @@ async fn resume_point(engine: &Engine, run: &runs::Model, resumed: bool) -> Resu
         (None, Some(base)) => checkpoints::Entity::find_by_id(base.clone()).one(engine.store.db()).await?,
         (None, None) => None,
     };
-    row.map(|r| Checkpoint::decode(r.state.as_slice()).map_err(|e| crate::error::RunsError::Store(e.into()))).transpose()
+    match row {
+        Some(row) => Ok(Some(crate::checkpoints::read(engine.store.db(), &row, true).await?.0)),
+        None => Ok(None),
+    }
 }
 
 /// Shutdown: stop admitting, give local runs `runs.drain_secs` to finish, then release their leases so

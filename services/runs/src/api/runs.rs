@@ -185,7 +185,7 @@ impl RunService for RunApi {
         let finished = cancel::wait_terminal(&self.engine, &run.run_id).await?;
         guard.armed = false;
         let thread = thread_domain::find(&self.engine, &ctx.identity.user_id, &finished.thread_id).await?;
-        let state = thread_domain::state(&self.engine, &thread, None).await?;
+        let state = thread_domain::state(&self.engine, &thread, None, Default::default()).await?;
         Ok(Response::new(WaitRunResponse { run: Some(convert::run(&finished, false)), state: Some(state) }))
     }
 

@@ -120,7 +120,8 @@ impl ThreadService for ThreadApi {
         antler_kit::status::required("thread_id", &req.thread_id)?;
         let thread = domain::find(&self.engine, &user, &req.thread_id).await?;
         let checkpoint = (!req.checkpoint_id.is_empty()).then_some(req.checkpoint_id.as_str());
-        Ok(Response::new(GetThreadStateResponse { state: Some(domain::state(&self.engine, &thread, checkpoint).await?) }))
+        let page = domain::MessagePage { limit: req.messages_limit, page_token: &req.messages_page_token };
+        Ok(Response::new(GetThreadStateResponse { state: Some(domain::state(&self.engine, &thread, checkpoint, page).await?) }))
     }
 
     async fn list_thread_history(&self, request: Request<ListThreadHistoryRequest>) -> Result<Response<ListThreadHistoryResponse>, Status> {

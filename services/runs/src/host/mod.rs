@@ -47,6 +47,9 @@ struct Known {
     /// The run's usage totals as last written by this attempt (only the owner writes them while the
     /// run is RUNNING), so adding a call's usage needs no read.
     usage_total: Option<RunUsage>,
+    /// The whole (redacted) state of `head` as written, so the next checkpoint is stored as a delta
+    /// against it without reading it back. Taken by a checkpoint write and put back after it.
+    last: Option<crate::checkpoints::Full>,
 }
 
 impl std::fmt::Debug for RunHost {
@@ -99,9 +102,10 @@ impl RunHost {
     /// transaction. Fences on failure.
     async fn write_batch(&self, batch: Batch) -> Result<(), Fenced> {
         self.check()?;
-        let (known_head, known_usage) = {
-            let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-            (known.head.clone(), known.usage_total.clone())
+        let (known_head, known_usage, known_last) = {
+            let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            let last = if batch.checkpoint.is_some() { known.last.take() } else { None };
+            (known.head.clone(), known.usage_total.clone(), last)
         };
         let engine = &self.engine;
         let spec = &self.spec;
@@ -116,16 +120,17 @@ impl RunHost {
             Some(kind) if lone_event => {
                 append_one_postgres(engine.store.db(), &spec.run_id, &spec.thread_id, &engine.worker_id, kind.clone())
                     .await
-                    .map(|written| written.map(|event| (vec![event], None)))
+                    .map(|written| written.map(|event| (vec![event], None, None)))
             }
-            _ => self.transaction(&batch, known_head, known_usage).await,
+            _ => self.transaction(&batch, known_head, known_usage, known_last).await,
         };
         match result {
-            Ok(Some((written, new_usage))) => {
+            Ok(Some((written, new_usage, last))) => {
                 {
                     let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(c) = &batch.checkpoint {
                         known.head = Some(c.checkpoint_id.clone());
+                        known.last = last;
                     }
                     if new_usage.is_some() {
                         known.usage_total = new_usage;
@@ -156,7 +161,8 @@ impl RunHost {
         batch: &Batch,
         known_head: Option<String>,
         known_usage: Option<RunUsage>,
-    ) -> Result<Option<(Vec<RunEvent>, Option<RunUsage>)>, RunsError> {
+        known_last: Option<crate::checkpoints::Full>,
+    ) -> Result<Option<(Vec<RunEvent>, Option<RunUsage>, Option<crate::checkpoints::Full>)>, RunsError> {
         let engine = &self.engine;
         let spec = &self.spec;
         let Batch { events, usage, title, checkpoint } = batch;
@@ -188,6 +194,7 @@ impl RunHost {
                 else {
                     return Ok(None);
                 };
+                let mut last = None;
                 if let Some(c) = &checkpoint {
                     let parent = match &known_head {
                         Some(head) => Some(head.clone()),
@@ -208,6 +215,30 @@ impl RunHost {
                     };
                     // The agent keeps its own copy; what is stored (and read back by clients) is redacted.
                     antler_kit::redact::redact_message_in_place(&mut state);
+                    // Stored as a delta against the parent's whole state: known when this attempt
+                    // wrote it, else read once (a new run, a resumed attempt, after a rollback).
+                    let parent_full = match (&parent, &known_last) {
+                        (Some(id), Some(known)) if &known.checkpoint_id == id => Some(std::borrow::Cow::Borrowed(known)),
+                        (Some(id), _) => {
+                            crate::checkpoints::find(&*tx, &spec.user_id, &spec.thread_id, id, true).await?.map(|(c, depth)| {
+                                std::borrow::Cow::Owned(crate::checkpoints::Full {
+                                    checkpoint_id: id.clone(),
+                                    messages: c.messages,
+                                    values: c.values.unwrap_or_default(),
+                                    depth,
+                                })
+                            })
+                        }
+                        (None, _) => None,
+                    };
+                    let policy = crate::checkpoints::Policy {
+                        snapshot_every: engine.config.checkpoint_snapshot_every,
+                        blob_min_bytes: engine.config.checkpoint_blob_min_bytes,
+                    };
+                    let encoded = crate::checkpoints::encode(&state, parent_full.as_deref(), policy);
+                    crate::checkpoints::insert_blobs(&*tx, &spec.user_id, &spec.thread_id, &encoded.blobs, now).await?;
+                    metrics::counter!("antler_runs_checkpoint_bytes_total", "kind" => if encoded.snapshot { "snapshot" } else { "delta" })
+                        .increment(encoded.state.len() as u64);
                     checkpoints::Entity::insert(checkpoints::ActiveModel::from(checkpoints::Model {
                         checkpoint_id: c.checkpoint_id.clone(),
                         user_id: spec.user_id.clone(),
@@ -215,11 +246,18 @@ impl RunHost {
                         parent_checkpoint_id: parent,
                         run_id: Some(spec.run_id.clone()),
                         step: c.step,
-                        state: state.encode_to_vec(),
+                        state: encoded.state,
                         created_at: now,
+                        encoding: crate::checkpoints::ENCODING_STORED,
                     }))
                     .exec_without_returning(&*tx)
                     .await?;
+                    last = Some(crate::checkpoints::Full {
+                        checkpoint_id: c.checkpoint_id.clone(),
+                        messages: state.messages,
+                        values: state.values.unwrap_or_default(),
+                        depth: encoded.depth,
+                    });
                 }
                 // The thread's head and title: one statement.
                 if checkpoint.is_some() || title.is_some() {
@@ -237,7 +275,7 @@ impl RunHost {
                         .await?;
                 }
                 tx.commit().await?;
-                Ok::<_, RunsError>(Some((written, new_usage)))
+                Ok::<_, RunsError>(Some((written, new_usage, last)))
             })
             .await
     }

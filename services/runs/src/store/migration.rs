@@ -10,7 +10,7 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(Initial), Box::new(ToolEffects), Box::new(RunInputs), Box::new(CancelCause), Box::new(Subagents)]
+        vec![Box::new(Initial), Box::new(ToolEffects), Box::new(RunInputs), Box::new(CancelCause), Box::new(Subagents), Box::new(CompactCheckpoints)]
     }
 
     fn migration_table_name() -> DynIden {
@@ -229,6 +229,48 @@ impl MigrationTrait for CancelCause {
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager.get_connection().execute_unprepared("ALTER TABLE runs DROP COLUMN cancel_cause").await?;
+        Ok(())
+    }
+}
+
+/// Compact checkpoints (see `crate::checkpoints`): how a row's `state` is encoded (0, the default
+/// for every row written before, is a whole Checkpoint, which readers still understand), and the
+/// thread-scoped table of large messages stored once.
+struct CompactCheckpoints;
+
+impl MigrationName for CompactCheckpoints {
+    fn name(&self) -> &str {
+        "m0006_compact_checkpoints"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for CompactCheckpoints {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let blob = match manager.get_database_backend() {
+            DbBackend::Postgres => "BYTEA",
+            _ => "BLOB",
+        };
+        let db = manager.get_connection();
+        db.execute_unprepared("ALTER TABLE checkpoints ADD COLUMN encoding INTEGER NOT NULL DEFAULT 0").await?;
+        db.execute_unprepared(&format!(
+            "CREATE TABLE checkpoint_blobs (
+                user_id TEXT NOT NULL,
+                thread_id TEXT NOT NULL,
+                sha256 TEXT NOT NULL,
+                content {blob} NOT NULL,
+                created_at BIGINT NOT NULL,
+                PRIMARY KEY (user_id, thread_id, sha256)
+            )"
+        ))
+        .await?;
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        db.execute_unprepared("DROP TABLE IF EXISTS checkpoint_blobs").await?;
+        db.execute_unprepared("ALTER TABLE checkpoints DROP COLUMN encoding").await?;
         Ok(())
     }
 }

@@ -29,7 +29,7 @@ fn struct_of(map: Map<String, Value>) -> prost_types::Struct {
 
 /// The thread's state at its head (or at `checkpoint_id`).
 pub async fn thread_state(edge: &Edge, caller: &Caller, thread_id: &str, checkpoint_id: &str) -> Result<ThreadState, ApiError> {
-    let request = GetThreadStateRequest { thread_id: thread_id.to_owned(), checkpoint_id: checkpoint_id.to_owned() };
+    let request = GetThreadStateRequest { thread_id: thread_id.to_owned(), checkpoint_id: checkpoint_id.to_owned(), ..Default::default() };
     let reply = edge.threads.get_thread_state(edge.grpc(caller, request)).await?.into_inner();
     reply.state.ok_or_else(|| ApiError::internal("GetThreadState answered without a state"))
 }

@@ -1,4 +1,6 @@
-//! `checkpoints`: thread state after each agent step.
+//! `checkpoints`: thread state after each agent step. Since `m0005_compact_checkpoints` a row holds
+//! what changed since its parent, or a full snapshot every `runs.checkpoint_snapshot_every` steps
+//! (see `crate::checkpoints`); rows written before hold a whole `Checkpoint` (`encoding` 0).
 
 use sea_orm::entity::prelude::*;
 
@@ -12,9 +14,12 @@ pub struct Model {
     pub parent_checkpoint_id: Option<String>,
     pub run_id: Option<String>,
     pub step: i64,
-    /// Checkpoint, protobuf-encoded.
+    /// `encoding` 0: a whole `antler.runs.v1.Checkpoint`; 1: a `crate::checkpoints::Stored` (a delta
+    /// or a snapshot), protobuf-encoded.
     pub state: Vec<u8>,
     pub created_at: i64,
+    /// How `state` is encoded (see there).
+    pub encoding: i32,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -2,6 +2,7 @@
 //! between SQLite and PostgreSQL, and cheap to compare in lease checks); protobuf-shaped values
 //! (requests, usage, receipts, events, checkpoints) are stored as their protobuf encoding.
 
+pub mod checkpoint_blobs;
 pub mod checkpoints;
 pub mod feedback;
 pub mod run_events;
