@@ -59,7 +59,8 @@ async fn antler_up_demo_streams_a_delivered_lead_agent_run_and_antler_run_repeat
         .output()
         .await?;
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(!output.status.success(), "{stdout}");
+    // The documented exit code of a run that ended ERROR.
+    assert_eq!(output.status.code(), Some(10), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("NOT satisfied, missing /mnt/user-data/outputs/report.md"), "{stdout}");
     assert!(stdout.contains("end: ERROR (delivery_incomplete)"), "{stdout}");
     Ok(())
