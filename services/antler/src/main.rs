@@ -197,8 +197,11 @@ async fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Up { serve, demo } => {
+        Command::Up { mut serve, demo } => {
             if demo {
+                // The demo's progress without INFO lines in between; RUST_LOG still wins.
+                serve.log_filter = Some("warn".to_owned());
+                eprintln!("note: logging at WARN while the demo shows its run (RUST_LOG=info for every log line)");
                 spawn_demo(&serve)?;
             }
             antler_kit::cli::run("antler", &serve, &ALL).await?
