@@ -32,6 +32,9 @@ async fn antler_up_demo_streams_a_delivered_lead_agent_run_and_antler_run_repeat
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let shown = format!("stdout:\n{finished}\nstderr:\n{}", server.stderr());
+    // --demo logs at WARN, so the run's progress is not interleaved with INFO lines (a plain `antler
+    // up` logs "serving" and each run's lifecycle at INFO).
+    assert!(!server.stderr().contains(" INFO "), "{shown}");
     assert!(finished.contains("demo finished: RUN_STATUS_SUCCESS"), "{shown}");
     for step in ["tool write_todos(", "tool write_file(", "path=\"/mnt/user-data/outputs/hello.md\")", "tool bash(", "tool present_files("]
     {
@@ -59,7 +62,8 @@ async fn antler_up_demo_streams_a_delivered_lead_agent_run_and_antler_run_repeat
         .output()
         .await?;
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(!output.status.success(), "{stdout}");
+    // The documented exit code of a run that ended ERROR.
+    assert_eq!(output.status.code(), Some(10), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("NOT satisfied, missing /mnt/user-data/outputs/report.md"), "{stdout}");
     assert!(stdout.contains("end: ERROR (delivery_incomplete)"), "{stdout}");
     Ok(())

@@ -97,7 +97,7 @@ pub async fn connect_with(endpoint: &str, wait: Duration, tls: Option<&ClientTls
                 } else {
                     ""
                 };
-                bail!("cannot connect to {endpoint}: {reason}{hint}");
+                return Err(crate::cli::Failure::Connect(format!("cannot connect to {endpoint}: {reason}{hint}")).into());
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
@@ -128,17 +128,10 @@ pub enum MemoryAction {
 }
 
 /// `antler memory import|export`: one ImportMemory / ExportMemory call.
-pub async fn memory(addr: &str, token: Option<&str>, tls: &TlsArgs, agent: &str, action: MemoryAction) -> Result<()> {
+pub async fn memory(conn: &crate::cli::Conn, agent: &str, action: MemoryAction) -> Result<()> {
     use antler_proto::memory::memory_service_client::MemoryServiceClient;
     use antler_proto::memory::{ExportMemoryRequest, ImportMemoryRequest};
-    fn authed<T>(message: T, token: Option<&str>) -> Result<tonic::Request<T>> {
-        let mut request = tonic::Request::new(message);
-        if let Some(token) = token {
-            request.metadata_mut().insert("authorization", format!("Bearer {token}").parse()?);
-        }
-        Ok(request)
-    }
-    let channel = connect(addr, Duration::from_secs(5), tls).await?;
+    let channel = conn.channel().await?;
     let mut client = MemoryServiceClient::new(channel).max_decoding_message_size(64 << 20).max_encoding_message_size(64 << 20);
     match action {
         MemoryAction::Import(path) => {
@@ -147,8 +140,7 @@ pub async fn memory(addr: &str, token: Option<&str>, tls: &TlsArgs, agent: &str,
             } else {
                 std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
             };
-            let r =
-                client.import_memory(authed(ImportMemoryRequest { agent_name: agent.to_owned(), document }, token)?).await?.into_inner();
+            let r = client.import_memory(conn.request(ImportMemoryRequest { agent_name: agent.to_owned(), document })?).await?.into_inner();
             println!(
                 "imported memory.json v{}: {} facts, {} skipped (already known or not active), {} summary sections, {} evicted by the cap",
                 r.version,
@@ -159,7 +151,7 @@ pub async fn memory(addr: &str, token: Option<&str>, tls: &TlsArgs, agent: &str,
             );
         }
         MemoryAction::Export(version) => {
-            let r = client.export_memory(authed(ExportMemoryRequest { agent_name: agent.to_owned(), version }, token)?).await?.into_inner();
+            let r = client.export_memory(conn.request(ExportMemoryRequest { agent_name: agent.to_owned(), version })?).await?.into_inner();
             println!("{}", r.document);
         }
     }
@@ -177,13 +169,14 @@ enum Open {
 
 /// Prints events as terminal lines: streamed text as it arrives, one line per tool call and result.
 #[derive(Debug, Default)]
-struct Printer {
+pub struct Printer {
     open: Open,
     status: RunStatus,
 }
 
 impl Printer {
-    fn print(&mut self, seq: u64, kind: Kind) -> std::io::Result<()> {
+    /// Prints one event (`seq` is its place in the run's log).
+    pub fn print(&mut self, seq: u64, kind: Kind) -> std::io::Result<()> {
         let mut out = std::io::stdout().lock();
         let streaming = match &kind {
             Kind::MessageDelta(d) if !d.thinking.is_empty() => Open::Thinking,

@@ -1,7 +1,9 @@
 //! `antler`: every service in one process (`antler up`), one service (`antler serve <service>`),
-//! DeerFlow memory.json import/export (`antler memory import|export`), and configuration checks
-//! (`antler config check`).
+//! a run from the command line (`antler run`), the inspection commands (`antler threads|runs|events|
+//! models|mcp|memory`, in `cli/`), DeerFlow memory.json import/export (`antler memory import|export`),
+//! and configuration checks (`antler config check`). Exit codes: see `cli/mod.rs` and the README.
 
+mod cli;
 mod client;
 
 use std::path::PathBuf;
@@ -61,22 +63,26 @@ enum Command {
         #[command(flatten)]
         serve: ServeArgs,
     },
-    /// Bring a DeerFlow memory.json in, or take the caller's memory out as one.
+    /// List or search the caller's memory facts; bring a DeerFlow memory.json in or take one out.
     Memory {
         #[command(subcommand)]
         command: MemoryCommand,
-        /// Server address.
-        #[arg(long, env = "ANTLER_ADDR", default_value = "http://127.0.0.1:50051", global = true)]
-        addr: String,
-        /// Bearer token (API key or JWT) when the server requires one.
-        #[arg(long, env = "ANTLER_TOKEN", hide_env_values = true, global = true)]
-        token: Option<String>,
         #[command(flatten)]
-        tls: client::TlsArgs,
+        conn: cli::Conn,
         /// Agent scope of the facts (empty: the default agent).
         #[arg(long, default_value = "", global = true)]
         agent: String,
     },
+    /// List, show and delete threads.
+    Threads(cli::threads::Args),
+    /// List, show and cancel runs.
+    Runs(cli::runs::Args),
+    /// Print a run's events (--follow: until it ends).
+    Events(cli::events::Args),
+    /// The configured models.
+    Models(cli::models::Args),
+    /// The MCP servers and their tools.
+    Mcp(cli::mcp::Args),
     /// Inspect configuration.
     Config {
         #[command(subcommand)]
@@ -96,6 +102,19 @@ enum ConfigCommand {
 
 #[derive(Subcommand, Debug)]
 enum MemoryCommand {
+    /// List the caller's facts, newest first.
+    List {
+        #[command(flatten)]
+        page: cli::Page,
+    },
+    /// Search the caller's facts by relevance to QUERY.
+    Search {
+        /// What to look for.
+        query: String,
+        /// At most this many results (0: the server's default).
+        #[arg(long, default_value_t = 0)]
+        limit: u32,
+    },
     /// Import a DeerFlow memory.json (version 1.0 or 2.0) into the caller's memory.
     Import {
         /// The memory.json file ("-" for stdin).
@@ -171,22 +190,18 @@ fn spawn_demo(serve: &ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn command_of(command: MemoryCommand) -> client::MemoryAction {
-    match command {
-        MemoryCommand::Import { file } => client::MemoryAction::Import(file),
-        MemoryCommand::Export { version } => client::MemoryAction::Export(version),
-    }
-}
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    antler_kit::cli::exit_code(run(Cli::parse()).await.map_err(|e| e.to_string()))
+    cli::exit(run(Cli::parse()).await)
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Up { serve, demo } => {
+        Command::Up { mut serve, demo } => {
             if demo {
+                // The demo's progress without INFO lines in between; RUST_LOG still wins.
+                serve.log_filter = Some("warn".to_owned());
+                eprintln!("note: logging at WARN while the demo shows its run (RUST_LOG=info for every log line)");
                 spawn_demo(&serve)?;
             }
             antler_kit::cli::run("antler", &serve, &ALL).await?
@@ -202,12 +217,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let status = client::stream_and_print(channel, token.as_deref(), create).await?;
             if status != antler_proto::runs::RunStatus::Success {
-                anyhow::bail!("the run ended {}", status.as_str_name());
+                return Err(cli::Failure::RunEnded(status).into());
             }
         }
-        Command::Memory { command, addr, token, tls, agent } => {
-            client::memory(&addr, token.as_deref(), &tls, &agent, command_of(command)).await?
-        }
+        Command::Memory { command, conn, agent } => match command {
+            MemoryCommand::List { page } => cli::memory::run(&conn, &agent, cli::memory::Action::List(page)).await?,
+            MemoryCommand::Search { query, limit } => cli::memory::run(&conn, &agent, cli::memory::Action::Search { query, limit }).await?,
+            MemoryCommand::Import { file } => client::memory(&conn, &agent, client::MemoryAction::Import(file)).await?,
+            MemoryCommand::Export { version } => client::memory(&conn, &agent, client::MemoryAction::Export(version)).await?,
+        },
+        Command::Threads(args) => cli::threads::run(args).await?,
+        Command::Runs(args) => cli::runs::run(args).await?,
+        Command::Events(args) => cli::events::run(args).await?,
+        Command::Models(args) => cli::models::run(args).await?,
+        Command::Mcp(args) => cli::mcp::run(args).await?,
         Command::Serve { service, serve } => {
             let program = format!("antler serve {}", service.registration().name);
             antler_kit::cli::run(&program, &serve, &[service.registration()]).await?;

@@ -28,6 +28,10 @@ pub struct ServeArgs {
     /// Data directory, overriding server.data_dir.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Not a flag: a program's own override of server.log.filter (`antler up --demo` logs at WARN so
+    /// the demo's output is not interleaved with INFO lines). `RUST_LOG` still wins.
+    #[arg(skip)]
+    pub log_filter: Option<String>,
 }
 
 impl ServeArgs {
@@ -39,6 +43,9 @@ impl ServeArgs {
         }
         if let Some(dir) = &self.data_dir {
             config.server.data_dir = dir.clone();
+        }
+        if let Some(filter) = &self.log_filter {
+            config.server.log.filter = filter.clone();
         }
         Ok(config)
     }

@@ -1,0 +1,319 @@
+//! The inspection commands (`antler threads|runs|events|models|mcp|memory …`): one file per command
+//! group, each a thin layer over the generated gRPC client. This module holds what they share: the
+//! connection flags, `--json` output, colour, and the exit codes.
+//!
+//! Exit codes (also in the README):
+//!
+//! | code | meaning |
+//! |------|---------|
+//! | 0  | success |
+//! | 1  | any other failure (an INTERNAL error of the server, a file that cannot be read) |
+//! | 2  | usage error: unknown command or flag, bad flag value (clap's code) |
+//! | 3  | cannot reach the server (connection refused, TLS failure, UNAVAILABLE, DEADLINE_EXCEEDED) |
+//! | 4  | NOT_FOUND: no such thread, run or fact (or it belongs to another user) |
+//! | 5  | UNAUTHENTICATED or PERMISSION_DENIED: pass --token / ANTLER_TOKEN |
+//! | 6  | the server refused the request: INVALID_ARGUMENT, FAILED_PRECONDITION, ABORTED, ALREADY_EXISTS, RESOURCE_EXHAUSTED, OUT_OF_RANGE |
+//! | 7  | UNIMPLEMENTED: the server at --addr does not serve that service |
+//! | 10 | the run ended ERROR (`antler run`, `antler events --follow`) |
+//! | 11 | the run ended INTERRUPTED |
+//! | 12 | the run ended TIMEOUT |
+
+pub mod events;
+pub mod mcp;
+pub mod memory;
+pub mod models;
+pub mod runs;
+pub mod threads;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use antler_proto::runs::RunStatus;
+use prost_reflect::{DescriptorPool, DynamicMessage};
+use tonic::Code;
+use tonic::transport::Channel;
+
+use crate::client::{self, TlsArgs};
+
+/// Where and how a command reaches the server, and how it prints. Flattened into every command group.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Conn {
+    /// Server address (https:// for a TLS server).
+    #[arg(long, env = "ANTLER_ADDR", default_value = "http://127.0.0.1:50051", global = true)]
+    pub addr: String,
+    /// Bearer token (API key or JWT) when the server requires one.
+    #[arg(long, env = "ANTLER_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// Print the server's reply as JSON (the proto3 JSON mapping, as grpcurl prints it) instead of text;
+    /// streams print one JSON object per line.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+impl Conn {
+    /// A channel to the server (waiting at most 5 s for it to accept).
+    pub async fn channel(&self) -> anyhow::Result<Channel> {
+        client::connect(&self.addr, Duration::from_secs(5), &self.tls).await
+    }
+
+    /// `message` with the bearer token attached.
+    pub fn request<T>(&self, message: T) -> anyhow::Result<tonic::Request<T>> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &self.token {
+            let value = format!("Bearer {token}")
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--token holds characters that cannot be sent in a header"))?;
+            request.metadata_mut().insert("authorization", value);
+        }
+        Ok(request)
+    }
+}
+
+/// A failure the exit code distinguishes, besides a gRPC status (which is carried as itself).
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The server could not be reached.
+    #[error("{0}")]
+    Connect(String),
+    /// The run ended with a status other than SUCCESS.
+    #[error("the run ended {}", .0.as_str_name().trim_start_matches("RUN_STATUS_"))]
+    RunEnded(RunStatus),
+}
+
+/// The process exit code for the outcome of a command, printing a failure as `error: …` with a hint.
+pub fn exit(result: anyhow::Result<()>) -> ExitCode {
+    let Err(error) = result else { return ExitCode::SUCCESS };
+    // `antler events --json | head`: the reader left; that is not a failure to report.
+    if error.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+        return ExitCode::SUCCESS;
+    }
+    let (code, text) = describe(&error);
+    eprintln!("error: {text}");
+    ExitCode::from(code)
+}
+
+/// The exit code and the message (with its hint) of a failure.
+fn describe(error: &anyhow::Error) -> (u8, String) {
+    if let Some(status) = error.downcast_ref::<tonic::Status>() {
+        let code = status.code();
+        let hint = match code {
+            Code::NotFound => {
+                "\nhint: ids are per user (another user's look missing); list yours with `antler threads list` or `antler runs list`"
+            }
+            Code::Unauthenticated => "\nhint: pass an API key or JWT with --token or ANTLER_TOKEN",
+            Code::PermissionDenied => "\nhint: the token is valid but not allowed to do this",
+            Code::Unavailable => "\nhint: is the server running at --addr (ANTLER_ADDR)? start one with `antler up`",
+            Code::Unimplemented => {
+                "\nhint: the server at --addr does not serve this service; with separate services, point --addr at the one that does"
+            }
+            _ => "",
+        };
+        let exit = match code {
+            Code::Unavailable | Code::DeadlineExceeded => 3,
+            Code::NotFound => 4,
+            Code::Unauthenticated | Code::PermissionDenied => 5,
+            Code::InvalidArgument
+            | Code::FailedPrecondition
+            | Code::Aborted
+            | Code::AlreadyExists
+            | Code::ResourceExhausted
+            | Code::OutOfRange => 6,
+            Code::Unimplemented => 7,
+            _ => 1,
+        };
+        // The code goes on the first line, before any hint the server's message carries.
+        let what = code_name(code);
+        let message = match status.message().split_once('\n') {
+            _ if status.message().is_empty() => what.to_owned(),
+            Some((first, rest)) => format!("{first} ({what})\n{rest}"),
+            None => format!("{} ({what})", status.message()),
+        };
+        return (exit, format!("{message}{hint}"));
+    }
+    match error.downcast_ref::<Failure>() {
+        Some(Failure::Connect(message)) => (3, message.clone()),
+        Some(failure @ Failure::RunEnded(status)) => {
+            let code = match status {
+                RunStatus::Error => 10,
+                RunStatus::Interrupted => 11,
+                RunStatus::Timeout => 12,
+                _ => 1,
+            };
+            (code, failure.to_string())
+        }
+        None => (1, format!("{error:#}")),
+    }
+}
+
+/// The gRPC name of a status code (NOT_FOUND), as grpcurl and the proto comments spell it.
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// The message descriptors of every Antler proto (and the well-known types they import).
+fn pool() -> anyhow::Result<&'static DescriptorPool> {
+    static POOL: OnceLock<Result<DescriptorPool, String>> = OnceLock::new();
+    POOL.get_or_init(|| DescriptorPool::decode(antler_proto::FILE_DESCRIPTOR_SET).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("the embedded descriptor set does not decode: {e}"))
+}
+
+/// `message` (of the proto type `full_name`, e.g. `antler.runs.v1.Run`) in the proto3 JSON mapping.
+pub fn to_json<M: prost::Message>(message: &M, full_name: &str) -> anyhow::Result<serde_json::Value> {
+    let descriptor =
+        pool()?.get_message_by_name(full_name).ok_or_else(|| anyhow::anyhow!("{full_name} is not in the embedded descriptor set"))?;
+    let dynamic = DynamicMessage::decode(descriptor, message.encode_to_vec().as_slice())?;
+    Ok(serde_json::to_value(&dynamic)?)
+}
+
+/// Prints `message` as one line of JSON.
+pub fn print_json<M: prost::Message>(message: &M, full_name: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let line = serde_json::to_string(&to_json(message, full_name)?)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Colours on a terminal, plain text when piped or when NO_COLOR is set (https://no-color.org).
+#[derive(Debug, Clone, Copy)]
+pub struct Style {
+    color: bool,
+}
+
+impl Style {
+    /// The style for stdout.
+    pub fn stdout() -> Self {
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
+        Self { color: std::io::stdout().is_terminal() && !no_color && !dumb }
+    }
+
+    fn paint(self, code: &str, text: &str) -> String {
+        if self.color { format!("\x1b[{code}m{text}\x1b[0m") } else { text.to_owned() }
+    }
+
+    /// A status word, coloured by what it means: green done, yellow paused or busy, red failed.
+    pub fn status(self, word: &str) -> String {
+        let code = match word {
+            "SUCCESS" | "IDLE" | "READY" | "CONNECTED" => "32",
+            "RUNNING" | "PENDING" | "FINALIZING" | "BUSY" | "INTERRUPTED" | "CONNECTING" => "33",
+            "ERROR" | "TIMEOUT" | "FAILED" | "DISCONNECTED" => "31",
+            _ => "0",
+        };
+        self.paint(code, word)
+    }
+
+    /// Secondary text (ids, times).
+    pub fn dim(self, text: &str) -> String {
+        self.paint("2", text)
+    }
+
+    /// A heading line.
+    pub fn bold(self, text: &str) -> String {
+        self.paint("1", text)
+    }
+}
+
+/// An enum value's name without its prefix: `RUN_STATUS_SUCCESS` → `SUCCESS`.
+pub fn short(name: &str, prefix: &str) -> String {
+    name.strip_prefix(prefix).unwrap_or(name).to_owned()
+}
+
+/// A timestamp as RFC 3339, or `-` when absent.
+pub fn time(timestamp: Option<&prost_types::Timestamp>) -> String {
+    timestamp.map_or_else(|| "-".to_owned(), ToString::to_string)
+}
+
+/// Page flags shared by the list commands.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Page {
+    /// At most this many items (0: the server's default page size).
+    #[arg(long, default_value_t = 0)]
+    pub limit: u32,
+    /// Continue from the `next page:` token a previous listing printed.
+    #[arg(long, default_value = "")]
+    pub page_token: String,
+}
+
+impl Page {
+    /// The request's page.
+    pub fn request(&self) -> antler_proto::common::PageRequest {
+        antler_proto::common::PageRequest { page_size: self.limit, page_token: self.page_token.clone() }
+    }
+}
+
+/// Prints the continuation hint of a page in text mode.
+pub fn next_page(style: Style, page: Option<&antler_proto::common::PageResponse>) {
+    if let Some(page) = page.filter(|p| !p.next_page_token.is_empty()) {
+        println!("{}", style.dim(&format!("next page: --page-token {}", page.next_page_token)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_their_documented_exit_codes() {
+        let cases = [
+            (anyhow::Error::new(tonic::Status::not_found("run r-1 not found")), 4),
+            (anyhow::Error::new(tonic::Status::unauthenticated("no token")), 5),
+            (anyhow::Error::new(tonic::Status::failed_precondition("not cancellable")), 6),
+            (anyhow::Error::new(tonic::Status::unavailable("down")), 3),
+            (anyhow::Error::new(tonic::Status::unimplemented("")), 7),
+            (anyhow::Error::new(tonic::Status::internal("bug")), 1),
+            (anyhow::Error::new(Failure::Connect("cannot connect".into())), 3),
+            (anyhow::Error::new(Failure::RunEnded(RunStatus::Error)), 10),
+            (anyhow::Error::new(Failure::RunEnded(RunStatus::Interrupted)), 11),
+            (anyhow::Error::new(Failure::RunEnded(RunStatus::Timeout)), 12),
+        ];
+        for (error, want) in cases {
+            assert_eq!(describe(&error).0, want, "{error:#}");
+        }
+    }
+
+    #[test]
+    fn a_status_prints_its_message_code_and_hint_not_tonics_debug_form() {
+        let (_, text) = describe(&anyhow::Error::new(tonic::Status::not_found("run r-1 not found")));
+        assert!(text.starts_with("run r-1 not found (NOT_FOUND)\nhint: "), "{text}");
+        assert!(!text.contains("metadata"), "{text}");
+        let (_, text) = describe(&anyhow::Error::new(tonic::Status::failed_precondition("run r is not cancellable\nhint: read it")));
+        assert_eq!(text, "run r is not cancellable (FAILED_PRECONDITION)\nhint: read it");
+    }
+
+    #[test]
+    fn json_uses_the_proto3_mapping() -> anyhow::Result<()> {
+        let run =
+            antler_proto::runs::Run { run_id: "r-1".into(), status: RunStatus::Interrupted as i32, last_seq: 7, ..Default::default() };
+        let json = to_json(&run, "antler.runs.v1.Run")?;
+        assert_eq!(json["runId"], "r-1");
+        assert_eq!(json["status"], "RUN_STATUS_INTERRUPTED");
+        // 64-bit integers are strings in the proto3 JSON mapping.
+        assert_eq!(json["lastSeq"], "7");
+        Ok(())
+    }
+}
