@@ -197,3 +197,14 @@ fn a_valid_archive_installs_lists_and_a_duplicate_needs_replace() -> anyhow::Res
     assert!(dir.join("csv-report/notes.md").exists() && !dir.join("csv-report/scripts").exists());
     Ok(())
 }
+
+#[test]
+fn the_shipped_public_skills_are_valid() {
+    let public = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../skills/public");
+    let listed = catalog::load(Some(&public), None, &EnabledState::default());
+    let names: Vec<_> = listed.iter().map(|s| s.dir_name.as_str()).collect();
+    assert_eq!(names, ["data-analysis", "report-to-outputs"]);
+    for skill in &listed {
+        assert!(skill.enabled, "{}: {:?}", skill.dir_name, skill.meta);
+    }
+}
