@@ -23,6 +23,7 @@ pub mod providers;
 pub mod registry;
 pub mod resolve;
 pub mod service;
+pub mod skills;
 pub mod workspace;
 
 use std::sync::Arc;
