@@ -180,7 +180,11 @@ pub async fn delete(engine: &Engine, user_id: &str, thread_id: &str) -> Result<u
         tool_effects::Entity::delete_many().filter(tool_effects::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
         run_inputs::Entity::delete_many().filter(run_inputs::Column::RunId.is_in(chunk.iter().cloned())).exec(&*tx).await?;
     }
-    runs::Entity::delete_many().filter(runs::Column::UserId.eq(user_id)).filter(runs::Column::ThreadId.is_in(thread_ids.iter().map(String::as_str))).exec(&*tx).await?;
+    runs::Entity::delete_many()
+        .filter(runs::Column::UserId.eq(user_id))
+        .filter(runs::Column::ThreadId.is_in(thread_ids.iter().map(String::as_str)))
+        .exec(&*tx)
+        .await?;
     checkpoints::Entity::delete_many()
         .filter(checkpoints::Column::UserId.eq(user_id))
         .filter(checkpoints::Column::ThreadId.is_in(thread_ids.iter().map(String::as_str)))

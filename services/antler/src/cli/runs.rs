@@ -88,6 +88,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 thread_id: thread,
                 statuses: statuses.into_iter().map(|s| s.proto() as i32).collect(),
                 page: Some(page.request()),
+                ..Default::default()
             };
             let reply = client.list_runs(conn.request(request)?).await?.into_inner();
             if conn.json {

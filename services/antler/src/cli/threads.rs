@@ -89,7 +89,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Command::Show { thread_id } => {
             let thread = client.get_thread(conn.request(GetThreadRequest { thread_id: thread_id.clone() })?).await?.into_inner();
             let state = client
-                .get_thread_state(conn.request(GetThreadStateRequest { thread_id, checkpoint_id: String::new() })?)
+                .get_thread_state(conn.request(GetThreadStateRequest { thread_id, ..Default::default() })?)
                 .await?
                 .into_inner();
             if conn.json {

@@ -10,7 +10,14 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(Initial), Box::new(ToolEffects), Box::new(RunInputs), Box::new(CancelCause), Box::new(Subagents), Box::new(CompactCheckpoints)]
+        vec![
+            Box::new(Initial),
+            Box::new(ToolEffects),
+            Box::new(RunInputs),
+            Box::new(CancelCause),
+            Box::new(Subagents),
+            Box::new(CompactCheckpoints),
+        ]
     }
 
     fn migration_table_name() -> DynIden {

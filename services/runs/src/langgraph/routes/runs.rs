@@ -352,7 +352,8 @@ pub async fn list(
     let selected: Vec<&str> = query.all("select");
     let (edge_ref, caller_ref, thread_ref, statuses_ref) = (&edge, &caller, &thread_id, &statuses);
     let found = crate::langgraph::paging::window(offset, limit, move |page| async move {
-        let request = ListRunsRequest { thread_id: thread_ref.clone(), statuses: statuses_ref.clone(), page: Some(page), ..Default::default() };
+        let request =
+            ListRunsRequest { thread_id: thread_ref.clone(), statuses: statuses_ref.clone(), page: Some(page), ..Default::default() };
         let reply = edge_ref.runs.list_runs(edge_ref.grpc(caller_ref, request)).await?.into_inner();
         Ok((reply.runs, reply.page.map(|p| p.next_page_token).unwrap_or_default()))
     })
