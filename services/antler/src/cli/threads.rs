@@ -88,10 +88,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         Command::Show { thread_id } => {
             let thread = client.get_thread(conn.request(GetThreadRequest { thread_id: thread_id.clone() })?).await?.into_inner();
-            let state = client
-                .get_thread_state(conn.request(GetThreadStateRequest { thread_id, ..Default::default() })?)
-                .await?
-                .into_inner();
+            let state =
+                client.get_thread_state(conn.request(GetThreadStateRequest { thread_id, ..Default::default() })?).await?.into_inner();
             if conn.json {
                 let json = serde_json::json!({
                     "thread": super::to_json(&thread, "antler.runs.v1.GetThreadResponse")?["thread"],
