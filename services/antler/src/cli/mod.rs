@@ -126,7 +126,7 @@ fn describe(error: &anyhow::Error) -> (u8, String) {
             _ => 1,
         };
         // The code goes on the first line, before any hint the server's message carries.
-        let what = code_name(code);
+        let what = antler_models::error::code_name(code);
         let message = match status.message().split_once('\n') {
             _ if status.message().is_empty() => what.to_owned(),
             Some((first, rest)) => format!("{first} ({what})\n{rest}"),
@@ -146,29 +146,6 @@ fn describe(error: &anyhow::Error) -> (u8, String) {
             (code, failure.to_string())
         }
         None => (1, format!("{error:#}")),
-    }
-}
-
-/// The gRPC name of a status code (NOT_FOUND), as grpcurl and the proto comments spell it.
-fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
     }
 }
 
