@@ -91,11 +91,17 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
     let after_seq = if found { child.last_seq.max(0) as u64 } else { 0 };
     let mut follower: Option<tokio::task::JoinHandle<()>> = None;
     let mut first = true;
+    // The row as admission returned it needs no second read.
+    let mut known = Some(child);
     loop {
         if parent.local.token.is_cancelled() {
             break;
         }
-        let run = match runs::Entity::find_by_id(child_id.clone()).one(engine.store.db()).await {
+        let read = match known.take() {
+            Some(run) => Ok(Some(run)),
+            None => runs::Entity::find_by_id(child_id.clone()).one(engine.store.db()).await,
+        };
+        let run = match read {
             Ok(Some(run)) => run,
             Ok(None) => {
                 let end = SubagentEnd { status: SubagentStatus::Failed, error: format!("subagent run {child_id} disappeared"), ..Default::default() };
@@ -122,9 +128,8 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
             Ok(Some((run, resumed))) => {
                 if first || resumed {
                     let update = SubagentUpdate::Started { child_run_id: child_id.clone(), attempt: run.attempt as u32, model_name: run.model_name.clone() };
-                    if tx.send(update).await.is_err() {
-                        // The parent's call is gone: it stopped, and so will this child.
-                    }
+                    // A closed channel means the parent's call stopped; the watcher stops the child.
+                    let _ = tx.send(update).await;
                 }
                 first = false;
                 if follower.is_none() {
