@@ -115,7 +115,7 @@ impl Tool for Task {
     }
 
     fn parameters(&self) -> Value {
-        self.spec.parameters.as_ref().map(|s| antler_kit::json::struct_to_json(s)).unwrap_or(Value::Null)
+        self.spec.parameters.as_ref().map(antler_kit::json::struct_to_json).unwrap_or(Value::Null)
     }
 
     fn own_spec(&self) -> Option<Arc<ToolSpec>> {
