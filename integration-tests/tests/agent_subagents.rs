@@ -275,14 +275,25 @@ async fn cancel_cascades(backend: Backend) -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_subagent_times_out_and_another_is_capped_at_its_turns() -> anyhow::Result<()> {
+async fn subagents_time_out_and_are_capped_at_their_turns_and_tokens() -> anyhow::Result<()> {
     let double = LlmDouble::start_routed(
         vec![
             route(
                 "LEAD limits",
-                vec![Turn::tools("", vec![task("t-slow", "slow", "CHILD-SLOW wait"), task("t-short", "short", "CHILD-SHORT look")]), Turn::text("ok")],
+                vec![
+                    Turn::tools(
+                        "",
+                        vec![
+                            task("t-slow", "slow", "CHILD-SLOW wait"),
+                            task("t-short", "short", "CHILD-SHORT look"),
+                            task("t-thrifty", "thrifty", "CHILD-THRIFTY spend"),
+                        ],
+                    ),
+                    Turn::text("ok"),
+                ],
             ),
             route("CHILD-SLOW", vec![Turn::tools("", vec![call("s", "bash", json!({"description": "wait", "command": "sleep 30"}))])]),
+            route("CHILD-THRIFTY", vec![Turn::tools("partial", vec![call("p", "ls", json!({"description": "look", "path": "/mnt/user-data"}))])]),
             route(
                 "CHILD-SHORT",
                 vec![Turn::tools("looking around", vec![call("l", "ls", json!({"description": "look", "path": "/mnt/user-data"}))])],
@@ -292,7 +303,7 @@ async fn a_subagent_times_out_and_another_is_capped_at_its_turns() -> anyhow::Re
     )
     .await?;
     let db = TestDb::new(Backend::Sqlite).await?;
-    let agents = "  lead:\n    subagents:\n      custom_agents:\n        slow:\n          description: Waits\n          timeout_seconds: 2\n        short:\n          description: Looks briefly\n          max_turns: 2\n";
+    let agents = "  lead:\n    subagents:\n      custom_agents:\n        slow:\n          description: Waits\n          timeout_seconds: 2\n        short:\n          description: Looks briefly\n          max_turns: 2\n        thrifty:\n          description: Spends little\n          token_budget: 100\n";
     let server = start_agent_up(&db, &double.models_yaml(), agents, None)?;
     let (mut runs, _) = clients(&server).await?;
     let started = Instant::now();
@@ -305,14 +316,19 @@ async fn a_subagent_times_out_and_another_is_capped_at_its_turns() -> anyhow::Re
     assert_eq!(slow.status(), RunStatus::Timeout, "{slow:?}");
     assert_eq!((short.status(), short.stop_reason.as_str()), (RunStatus::Success, "turn_capped"), "{short:?}");
     assert_eq!(double.requests_of("CHILD-SHORT").len(), 2, "two turns, then the cap");
+    let thrifty = kids.iter().find(|k| k.parent_task_id == "t-thrifty").cloned().unwrap_or_default();
+    assert_eq!((thrifty.status(), thrifty.stop_reason.as_str()), (RunStatus::Success, "token_capped"), "{thrifty:?}");
+    assert_eq!(double.requests_of("CHILD-THRIFTY").len(), 1, "its first turn spent the budget; its tool call was dropped");
     let results = tool_results(double.requests_of("LEAD limits").last().unwrap_or(&Value::Null));
     assert!(results[0].1.contains("Task timed out. Error: Execution timed out after 2 seconds"), "{results:?}");
     assert!(results[1].1.contains("Task Succeeded (capped: turn budget). Result: looking around"), "{results:?}");
+    assert!(results[2].1.contains("Task Succeeded (capped: token budget). Result: partial"), "{results:?}");
     let sub = subagent_events(&run_events(&mut runs, ALICE, &run.run_id).await?);
     let ends: Vec<(String, SubagentStatus, String)> =
         sub.iter().filter(|(_, s)| s.phase() == SubagentPhase::End).map(|(t, s)| (t.clone(), s.status(), s.stop_reason.clone())).collect();
     assert!(ends.contains(&("t-slow".to_owned(), SubagentStatus::TimedOut, String::new())), "{ends:?}");
     assert!(ends.contains(&("t-short".to_owned(), SubagentStatus::Completed, "turn_capped".to_owned())), "{ends:?}");
+    assert!(ends.contains(&("t-thrifty".to_owned(), SubagentStatus::Completed, "token_capped".to_owned())), "{ends:?}");
     Ok(())
 }
 
