@@ -75,7 +75,10 @@ async fn two_parallel_subagents(backend: Backend) -> anyhow::Result<()> {
             route(
                 "LEAD compare",
                 vec![
-                    Turn::tools("Delegating both.", vec![task("t-a", "general-purpose", "CHILD-A list the workspace"), task("t-b", "bash", "CHILD-B count")]),
+                    Turn::tools(
+                        "Delegating both.",
+                        vec![task("t-a", "general-purpose", "CHILD-A list the workspace"), task("t-b", "bash", "CHILD-B count")],
+                    ),
                     Turn::text("Merged: alpha and beta."),
                 ],
             ),
@@ -111,10 +114,16 @@ async fn two_parallel_subagents(backend: Backend) -> anyhow::Result<()> {
     assert_eq!(child_a.len(), 2);
     assert!(child_a[0]["messages"][0]["content"].to_string().contains("You are a subagent"), "{}", child_a[0]["messages"][0]);
     let tool_names = |request: &Value| -> Vec<String> {
-        request["tools"].as_array().map(|t| t.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()).unwrap_or_default()
+        request["tools"]
+            .as_array()
+            .map(|t| t.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
     };
     let a_tools = tool_names(&child_a[0]);
-    assert!(a_tools.contains(&"bash".to_owned()) && !a_tools.iter().any(|t| t == "task" || t == "present_files" || t == "ask_clarification"), "{a_tools:?}");
+    assert!(
+        a_tools.contains(&"bash".to_owned()) && !a_tools.iter().any(|t| t == "task" || t == "present_files" || t == "ask_clarification"),
+        "{a_tools:?}"
+    );
     let b_tools = tool_names(&double.requests_of("CHILD-B")[0]);
     assert_eq!(b_tools, ["bash", "ls", "read_file", "write_file", "str_replace"], "the bash type's tools");
     assert!(tool_names(&lead[0]).contains(&"task".to_owned()));
@@ -124,7 +133,10 @@ async fn two_parallel_subagents(backend: Backend) -> anyhow::Result<()> {
     assert_eq!(kids.len(), 2, "{kids:?}");
     for (kid, (task_id, kind)) in kids.iter().zip([("t-a", "general-purpose"), ("t-b", "bash")]) {
         assert_eq!(kid.status(), RunStatus::Success, "{kid:?}");
-        assert_eq!((kid.parent_run_id.as_str(), kid.parent_task_id.as_str(), kid.subagent_type.as_str()), (run.run_id.as_str(), task_id, kind));
+        assert_eq!(
+            (kid.parent_run_id.as_str(), kid.parent_task_id.as_str(), kid.subagent_type.as_str()),
+            (run.run_id.as_str(), task_id, kind)
+        );
         assert_eq!(kid.attempt, 1);
         assert_ne!(kid.thread_id, run.thread_id);
         let usage = kid.usage.clone().unwrap_or_default();
@@ -230,7 +242,11 @@ async fn killed_during_subagent(backend: Backend) -> anyhow::Result<()> {
     assert_eq!(phases.iter().filter(|p| **p == SubagentPhase::End).count(), 1, "{phases:?}");
     assert!(phases.iter().filter(|p| **p == SubagentPhase::Start).count() >= 2, "{phases:?}");
     let lead = double.requests_of("LEAD append");
-    assert!(tool_results(lead.last().unwrap_or(&Value::Null)).iter().any(|(id, text)| id == "t-1" && text.contains("Task Succeeded. Result: I checked")));
+    assert!(
+        tool_results(lead.last().unwrap_or(&Value::Null))
+            .iter()
+            .any(|(id, text)| id == "t-1" && text.contains("Task Succeeded. Result: I checked"))
+    );
     let usage = run.usage.clone().unwrap_or_default();
     assert_eq!(usage.subagent_tokens, kids[0].usage.clone().unwrap_or_default().total_tokens, "{usage:?}");
     Ok(())
@@ -293,7 +309,10 @@ async fn subagents_time_out_and_are_capped_at_their_turns_and_tokens() -> anyhow
                 ],
             ),
             route("CHILD-SLOW", vec![Turn::tools("", vec![call("s", "bash", json!({"description": "wait", "command": "sleep 30"}))])]),
-            route("CHILD-THRIFTY", vec![Turn::tools("partial", vec![call("p", "ls", json!({"description": "look", "path": "/mnt/user-data"}))])]),
+            route(
+                "CHILD-THRIFTY",
+                vec![Turn::tools("partial", vec![call("p", "ls", json!({"description": "look", "path": "/mnt/user-data"}))])],
+            ),
             route(
                 "CHILD-SHORT",
                 vec![Turn::tools("looking around", vec![call("l", "ls", json!({"description": "look", "path": "/mnt/user-data"}))])],
@@ -334,7 +353,8 @@ async fn subagents_time_out_and_are_capped_at_their_turns_and_tokens() -> anyhow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_subagent_limit_keeps_three_per_turn_and_caps_the_run_at_six() -> anyhow::Result<()> {
-    let turn = |first: usize, n: usize| Turn::tools("", (first..first + n).map(|i| task(&format!("t{i}"), "bash", "CHILD-LIMIT go")).collect());
+    let turn =
+        |first: usize, n: usize| Turn::tools("", (first..first + n).map(|i| task(&format!("t{i}"), "bash", "CHILD-LIMIT go")).collect());
     let double = LlmDouble::start_routed(
         vec![
             route("LEAD many", vec![turn(0, 4), turn(4, 4), turn(8, 1), Turn::text("never asked")]),
@@ -391,8 +411,13 @@ async fn a_client_cannot_create_a_child_run() -> anyhow::Result<()> {
 async fn a_safety_finish_is_audited_without_content() -> anyhow::Result<()> {
     use antler_integration_tests::metrics::{metrics_url, scrape_until, with_metrics};
     let double = LlmDouble::start(
-        vec![Turn::tools("partial words", vec![call("x", "bash", json!({"description": "d", "command": "echo never > /mnt/user-data/workspace/x"}))])
-            .finish("content_filter")],
+        vec![
+            Turn::tools(
+                "partial words",
+                vec![call("x", "bash", json!({"description": "d", "command": "echo never > /mnt/user-data/workspace/x"}))],
+            )
+            .finish("content_filter"),
+        ],
         AfterLast::Refuse,
     )
     .await?;

@@ -66,9 +66,15 @@ pub struct SubagentCall {
 /// the parent must stop (cancelled, fenced, shutting down).
 #[derive(Debug, Clone)]
 pub enum SubagentUpdate {
-    Started { child_run_id: String, attempt: u32, model_name: String },
+    Started {
+        child_run_id: String,
+        attempt: u32,
+        model_name: String,
+    },
     /// The child produced an assistant message.
-    Step { message: Message },
+    Step {
+        message: Message,
+    },
     Ended(SubagentEnd),
 }
 

@@ -174,7 +174,8 @@ async fn database() -> anyhow::Result<(String, Option<(String, String)>)> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let runs: usize = std::env::var("BENCH_RUNS").ok().map(|v| v.parse().context("BENCH_RUNS must be a number")).transpose()?.unwrap_or(200);
+    let runs: usize =
+        std::env::var("BENCH_RUNS").ok().map(|v| v.parse().context("BENCH_RUNS must be a number")).transpose()?.unwrap_or(200);
     let services = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("bench-server").enable_all().build()?;
     let client = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("bench-client").enable_all().build()?;
     let (url, drop_after) = client.block_on(database())?;
@@ -195,7 +196,9 @@ async fn bench(runs: usize, url: &str, addr: std::net::SocketAddr) -> anyhow::Re
     let backend = if url.is_empty() { "SQLite" } else { "PostgreSQL" };
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await?;
     let client = RunServiceClient::new(channel);
-    println!("subagent spawn latency: {backend}, in-process runs + models (replay, zero latency) + sandbox on 2 tokio workers, the client on its own runtime");
+    println!(
+        "subagent spawn latency: {backend}, in-process runs + models (replay, zero latency) + sandbox on 2 tokio workers, the client on its own runtime"
+    );
     for _ in 0..3 {
         one_run(client.clone()).await?;
     }

@@ -35,7 +35,9 @@ use crate::engine::{Engine, LocalRun, StopCause};
 use crate::error::RunsError;
 use crate::lifecycle::admission::{self, new_run, new_thread_row};
 use crate::lifecycle::cancel::{self, CancelCause};
-use crate::lifecycle::{ERROR, Ending, FINALIZING, INTERRUPTED, PENDING, RUNNING, SUCCESS, TIMEOUT, end_by_service, is_terminal, lease, start};
+use crate::lifecycle::{
+    ERROR, Ending, FINALIZING, INTERRUPTED, PENDING, RUNNING, SUCCESS, TIMEOUT, end_by_service, is_terminal, lease, start,
+};
 use crate::store::entity::{checkpoints, run_inputs, runs, threads};
 use crate::store::now_ms;
 use crate::stream::{Subscription, insert_rows};
@@ -104,7 +106,11 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
         let run = match read {
             Ok(Some(run)) => run,
             Ok(None) => {
-                let end = SubagentEnd { status: SubagentStatus::Failed, error: format!("subagent run {child_id} disappeared"), ..Default::default() };
+                let end = SubagentEnd {
+                    status: SubagentStatus::Failed,
+                    error: format!("subagent run {child_id} disappeared"),
+                    ..Default::default()
+                };
                 let _ = tx.send(SubagentUpdate::Ended(end)).await;
                 break;
             }
@@ -127,7 +133,11 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
         match next_attempt(&engine, &run).await {
             Ok(Some((run, resumed))) => {
                 if first || resumed {
-                    let update = SubagentUpdate::Started { child_run_id: child_id.clone(), attempt: run.attempt as u32, model_name: run.model_name.clone() };
+                    let update = SubagentUpdate::Started {
+                        child_run_id: child_id.clone(),
+                        attempt: run.attempt as u32,
+                        model_name: run.model_name.clone(),
+                    };
                     // A closed channel means the parent's call stopped; the watcher stops the child.
                     let _ = tx.send(update).await;
                 }
@@ -286,7 +296,10 @@ async fn next_attempt(engine: &Engine, run: &runs::Model) -> Result<Option<(runs
         } else {
             let error = RunError {
                 code: "max_attempts_exceeded".to_owned(),
-                message: format!("the subagent run was taken over {} times without finishing (runs.max_attempts = {})", run.attempt, engine.config.max_attempts),
+                message: format!(
+                    "the subagent run was taken over {} times without finishing (runs.max_attempts = {})",
+                    run.attempt, engine.config.max_attempts
+                ),
                 retryable: false,
                 details: None,
             };
@@ -381,10 +394,9 @@ async fn ending(engine: &Engine, run: &runs::Model, call: &SubagentCall) -> Suba
     let stop_reason = run.stop_reason.clone().unwrap_or_default();
     let error_text = run.error_message.clone().filter(|m| !m.is_empty()).or_else(|| run.error_code.clone()).unwrap_or_default();
     let (status, error) = match run.status.as_str() {
-        SUCCESS if stop_reason == "turn_capped" && result.is_empty() => (
-            SubagentStatus::Failed,
-            format!("the subagent reached its limit of {} turns without an answer", call.max_turns),
-        ),
+        SUCCESS if stop_reason == "turn_capped" && result.is_empty() => {
+            (SubagentStatus::Failed, format!("the subagent reached its limit of {} turns without an answer", call.max_turns))
+        }
         SUCCESS => (SubagentStatus::Completed, String::new()),
         TIMEOUT => (SubagentStatus::TimedOut, format!("Execution timed out after {} seconds", call.timeout.as_secs())),
         INTERRUPTED if stop_reason == "cancelled" => (SubagentStatus::Cancelled, "Cancelled by user".to_owned()),

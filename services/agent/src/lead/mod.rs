@@ -101,7 +101,8 @@ impl AgentFactory for LeadFactory {
         let start_failed = |message: String| RunError { code: "start_failed".to_owned(), message, retryable: false, details: None };
         let pipeline = self.pipeline(spec).map_err(|e| start_failed(format!("the lead agent's middleware pipeline is invalid: {e}")))?;
         let mut tools = ToolSet::builtin(plan_mode);
-        let mut base = if self.config.system_prompt.is_empty() { prompt::SYSTEM_PROMPT.to_owned() } else { self.config.system_prompt.clone() };
+        let mut base =
+            if self.config.system_prompt.is_empty() { prompt::SYSTEM_PROMPT.to_owned() } else { self.config.system_prompt.clone() };
         let mut caller = "lead_agent".to_owned();
         let mut subagent = None;
         if let Some(task) = &spec.request.subagent {

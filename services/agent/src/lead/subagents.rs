@@ -158,7 +158,8 @@ impl SubagentsConfig {
         check_range(&format!("{path}.timeout_seconds"), self.timeout_seconds, 1, self.max_timeout_seconds)?;
         for (name, def) in &self.custom_agents {
             let at = format!("{path}.custom_agents.{name}");
-            let valid_name = !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            let valid_name =
+                !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
             if !valid_name {
                 return Err(ConfigError::Invalid { path: at, message: "the name must match ^[a-z0-9-]{1,64}$".to_owned() });
             }
@@ -169,10 +170,7 @@ impl SubagentsConfig {
                 });
             }
             if def.model.trim().is_empty() {
-                return Err(ConfigError::Invalid {
-                    path: format!("{at}.model"),
-                    message: "must be a model name or `inherit`".to_owned(),
-                });
+                return Err(ConfigError::Invalid { path: format!("{at}.model"), message: "must be a model name or `inherit`".to_owned() });
             }
             if def.tools.as_ref().is_some_and(|tools| tools.iter().any(|t| t == "task")) {
                 return Err(ConfigError::Invalid {
@@ -220,7 +218,9 @@ mod tests {
             "researcher".to_owned(),
             SubagentDef { description: "Finds things".to_owned(), model: "small".to_owned(), ..SubagentDef::default() },
         );
-        config.custom_agents.insert("bash".to_owned(), SubagentDef { description: "Mine".to_owned(), max_turns: 5, ..SubagentDef::default() });
+        config
+            .custom_agents
+            .insert("bash".to_owned(), SubagentDef { description: "Mine".to_owned(), max_turns: 5, ..SubagentDef::default() });
         let registry = config.registry();
         assert_eq!(registry.keys().collect::<Vec<_>>(), ["bash", "general-purpose", "researcher"]);
         assert_eq!(registry["bash"].max_turns, 5);
@@ -246,17 +246,21 @@ mod tests {
         assert!(bad(&|c| c.max_concurrent = 5).contains("runs.lead.subagents.max_concurrent"));
         assert!(bad(&|c| c.max_total_per_run = 0).contains("max_total_per_run"));
         assert!(bad(&|c| c.timeout_seconds = 2000).contains("runs.lead.subagents.timeout_seconds"));
-        let custom = |def: SubagentDef| move |c: &mut SubagentsConfig| {
-            c.custom_agents.insert("x".to_owned(), def.clone());
+        let custom = |def: SubagentDef| {
+            move |c: &mut SubagentsConfig| {
+                c.custom_agents.insert("x".to_owned(), def.clone());
+            }
         };
         assert!(bad(&custom(SubagentDef::default())).contains("custom_agents.x.description"));
         let described = SubagentDef { description: "d".to_owned(), ..SubagentDef::default() };
         assert!(bad(&custom(SubagentDef { timeout_seconds: 1801, ..described.clone() })).contains("custom_agents.x.timeout_seconds"));
         assert!(bad(&custom(SubagentDef { max_turns: 0, ..described.clone() })).contains("custom_agents.x.max_turns"));
         assert!(bad(&custom(SubagentDef { tools: Some(vec!["task".to_owned()]), ..described.clone() })).contains("custom_agents.x.tools"));
-        assert!(bad(&|c| {
-            c.custom_agents.insert("Bad Name".to_owned(), described.clone());
-        })
-        .contains("^[a-z0-9-]{1,64}$"));
+        assert!(
+            bad(&|c| {
+                c.custom_agents.insert("Bad Name".to_owned(), described.clone());
+            })
+            .contains("^[a-z0-9-]{1,64}$")
+        );
     }
 }

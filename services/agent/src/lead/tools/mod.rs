@@ -82,7 +82,12 @@ pub trait Tool: Send + Sync {
     }
     fn call<'a>(&'a self, env: &'a RunEnv, args: &'a Args) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
     /// [`call`](Self::call) for a tool that needs its call's id (`task`: the id names its child run).
-    fn call_for<'a>(&'a self, env: &'a RunEnv, call: &'a antler_proto::common::ToolCall, args: &'a Args) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    fn call_for<'a>(
+        &'a self,
+        env: &'a RunEnv,
+        call: &'a antler_proto::common::ToolCall,
+        args: &'a Args,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
         let _ = call;
         self.call(env, args)
     }

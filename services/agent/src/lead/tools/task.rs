@@ -177,11 +177,7 @@ impl Tool for Task {
                     Some(SubagentUpdate::Started { child_run_id, attempt, model_name }) => {
                         tracing::info!(run_id = %ctx.spec.run_id, task_id = %call.id, %child_run_id, attempt, "subagent started");
                         child = child_run_id;
-                        let start = SubagentEvent {
-                            description: description.clone(),
-                            model_name,
-                            ..event(SubagentPhase::Start, &child)
-                        };
+                        let start = SubagentEvent { description: description.clone(), model_name, ..event(SubagentPhase::Start, &child) };
                         ctx.emit(Kind::Subagent(start)).await.map_err(stopping)?;
                     }
                     Some(SubagentUpdate::Step { message }) => {
