@@ -94,7 +94,9 @@ async fn enabled_skills_are_listed_and_an_activated_skill_limits_the_tools() -> 
     ensure!(last.contains("Error: Tool 'write_file' is not allowed by the active skill policy."), "{last}");
     ensure!(last.contains("from-bash"), "bash, which the skill allows, ran: {last}");
     ensure!(offered(&requests[2]) == ["bash", "read_file"], "still restricted");
-    ensure!(!data.path().join("sandbox/users/alice/threads").read_dir()?.flatten().any(|t| t.path().join("user-data/outputs/a.txt").exists()));
+    ensure!(
+        !data.path().join("sandbox/users/alice/threads").read_dir()?.flatten().any(|t| t.path().join("user-data/outputs/a.txt").exists())
+    );
     Ok(())
 }
 
@@ -105,7 +107,10 @@ async fn a_skill_without_a_policy_restricts_nothing_and_skills_can_be_switched_o
     write_skill(&public, "free-form", "No tool policy.", "")?;
     let double = LlmDouble::start(
         vec![
-            Turn::tools("Reading.", vec![call("r1", "read_file", json!({"description": "r", "path": "/mnt/skills/public/free-form/SKILL.md"}))]),
+            Turn::tools(
+                "Reading.",
+                vec![call("r1", "read_file", json!({"description": "r", "path": "/mnt/skills/public/free-form/SKILL.md"}))],
+            ),
             Turn::text("Done."),
         ],
         AfterLast::Refuse,

@@ -182,7 +182,7 @@ mod tests {
         for root in Root::USER_DATA {
             assert!(ws.host_root(root).is_dir());
         }
-        layout.skills().refresh_view("a.b")?;
+        layout.skills().refresh_view("a.b").map_err(std::io::Error::other)?;
         assert!(ws.host_root(Root::Skills).is_dir());
         let mode = std::fs::metadata(layout.base())?.permissions().mode() & 0o777;
         assert_eq!(mode, 0o711);

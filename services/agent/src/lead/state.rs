@@ -147,7 +147,9 @@ impl ThreadState {
         }
         if !self.skill_context.is_empty() {
             let paths = self.skill_context.iter().map(|p| string(p)).collect();
-            values.fields.insert("skill_context".to_owned(), Value { kind: Some(Kind::ListValue(prost_types::ListValue { values: paths })) });
+            values
+                .fields
+                .insert("skill_context".to_owned(), Value { kind: Some(Kind::ListValue(prost_types::ListValue { values: paths })) });
         }
         if let Ok(todos) = serde_json::to_value(&self.todos) {
             values.fields.insert("todos".to_owned(), antler_kit::json::json_to_value(&todos));

@@ -90,7 +90,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             println!("{}", line(style, &skill));
             println!("{}", style.dim(&format!("path in a sandbox: {}", skill.container_path)));
             if let Some(policy) = &skill.allowed_tools {
-                println!("{}", style.dim(&format!("allowed tools: {}", if policy.tools.is_empty() { "none".to_owned() } else { policy.tools.join(", ") })));
+                println!(
+                    "{}",
+                    style.dim(&format!(
+                        "allowed tools: {}",
+                        if policy.tools.is_empty() { "none".to_owned() } else { policy.tools.join(", ") }
+                    ))
+                );
             }
             println!();
             print!("{}", reply.skill_md);
@@ -109,10 +115,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     file_name: file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
                 })),
             };
-            let chunks: Vec<InstallSkillRequest> = bytes
-                .chunks(CHUNK)
-                .map(|c| InstallSkillRequest { part: Some(install_skill_request::Part::Chunk(c.to_vec())) })
-                .collect();
+            let chunks: Vec<InstallSkillRequest> =
+                bytes.chunks(CHUNK).map(|c| InstallSkillRequest { part: Some(install_skill_request::Part::Chunk(c.to_vec())) }).collect();
             let stream = tokio_stream::iter(std::iter::once(header).chain(chunks));
             let reply = client.install_skill(conn.request(stream)?).await?.into_inner();
             if conn.json {

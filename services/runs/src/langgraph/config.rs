@@ -66,7 +66,8 @@ impl LangGraphApiConfig {
         check_range("runs.langgraph_api.max_offset", self.max_offset.into(), 0, 1_000_000)?;
         check_range("runs.langgraph_api.cors_max_age_secs", self.cors_max_age_secs, 0, 86_400)?;
         for (i, origin) in self.cors_origins.iter().enumerate() {
-            check_origin(origin).map_err(|message| ConfigError::Invalid { path: format!("runs.langgraph_api.cors_origins[{i}]"), message })?;
+            check_origin(origin)
+                .map_err(|message| ConfigError::Invalid { path: format!("runs.langgraph_api.cors_origins[{i}]"), message })?;
         }
         if self.cors_origins.len() > 1 && self.cors_origins.iter().any(|o| o == "*") {
             return Err(ConfigError::Invalid {
@@ -114,5 +115,4 @@ fn check_origin(origin: &str) -> Result<(), String> {
         }
         _ => Err(format!("`{origin}` is not an origin: write scheme://host[:port], e.g. http://localhost:3000, or \"*\"")),
     }
-}
 }

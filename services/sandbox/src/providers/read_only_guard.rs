@@ -76,7 +76,8 @@ fn tokenize(command: &str) -> Vec<Token> {
 }
 
 /// Commands whose every path argument is written (or removed).
-const WRITES_ALL: [&str; 13] = ["rm", "rmdir", "touch", "mkdir", "truncate", "chmod", "chown", "chgrp", "tee", "unlink", "shred", "mv", "ln"];
+const WRITES_ALL: [&str; 13] =
+    ["rm", "rmdir", "touch", "mkdir", "truncate", "chmod", "chown", "chgrp", "tee", "unlink", "shred", "mv", "ln"];
 /// Commands whose last argument (or `-t DIR`) is the one written.
 const WRITES_LAST: [&str; 3] = ["cp", "install", "rsync"];
 /// Words that run the next word as the command.
@@ -125,7 +126,8 @@ fn segment_refusal(words: &[&str], cwd_in_skills: bool) -> Option<String> {
     let mut rest = words;
     // Assignments (X=1 cmd) and wrappers (sudo cmd) come before the command.
     while let Some((first, tail)) = rest.split_first() {
-        let assignment = first.split_once('=').is_some_and(|(name, _)| !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_'));
+        let assignment =
+            first.split_once('=').is_some_and(|(name, _)| !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_'));
         if assignment || PREFIXES.contains(first) {
             rest = tail;
         } else {
@@ -133,7 +135,7 @@ fn segment_refusal(words: &[&str], cwd_in_skills: bool) -> Option<String> {
         }
     }
     let (name, args) = rest.split_first()?;
-    let name = name.rsplit('/').next().unwrap_or(name);
+    let name: &str = name.rsplit('/').next().unwrap_or_default();
     let paths: Vec<&str> = args.iter().copied().filter(|a| !a.starts_with('-')).collect();
     let hit = |p: &&str| in_skills(p, cwd_in_skills);
     if WRITES_ALL.contains(&name) && paths.iter().any(hit) {

@@ -53,9 +53,10 @@ impl Library {
     /// directory from the working directory (`skills/public` when unset and present).
     pub fn new(base: &Path, data_dir: &Path, config: &SkillsConfig) -> std::io::Result<Self> {
         let public_dir = match &config.public_dir {
-            Some(dir) => Some(std::fs::canonicalize(dir).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("sandbox.skills.public_dir {}: {e}", dir.display()))
-            })?),
+            Some(dir) => Some(
+                std::fs::canonicalize(dir)
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("sandbox.skills.public_dir {}: {e}", dir.display())))?,
+            ),
             None => std::fs::canonicalize(crate::config::DEFAULT_PUBLIC_SKILLS).ok().filter(|d| d.is_dir()),
         };
         let operator_state = if config.extensions_config.is_absolute() {
@@ -141,8 +142,14 @@ impl Library {
     /// Returns the skill and whether it replaced one.
     pub fn install(&self, user_id: &str, archive: File, replace: bool) -> Result<(Skill, bool)> {
         let _lock = self.lock(user_id)?;
-        let public: Vec<String> =
-            self.public_dir.as_deref().map(|d| catalog::scan(d, Category::Public, &EnabledState::default())).unwrap_or_default().into_iter().map(|s| s.dir_name).collect();
+        let public: Vec<String> = self
+            .public_dir
+            .as_deref()
+            .map(|d| catalog::scan(d, Category::Public, &EnabledState::default()))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.dir_name)
+            .collect();
         let custom_dir = self.custom_dir(user_id);
         let existing = catalog::scan(&custom_dir, Category::Custom, &EnabledState::default());
         let max = self.max_custom_per_user;
@@ -346,10 +353,8 @@ fn refresh(root: &Path, enabled: &[Skill]) -> std::io::Result<()> {
         make_dir(&view.join(category.as_str()), 0o755)?;
     }
     let manifest_path = root.join("view.manifest.json");
-    let mut manifest: BTreeMap<String, Prints> = std::fs::read(&manifest_path)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .unwrap_or_default();
+    let mut manifest: BTreeMap<String, Prints> =
+        std::fs::read(&manifest_path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default();
     let wanted: BTreeMap<String, &Skill> = enabled.iter().map(|s| (format!("{}/{}", s.category.as_str(), s.dir_name), s)).collect();
     // Whatever is in the view and no longer wanted (disabled, deleted, or put there by someone else).
     for category in [Category::Public, Category::Custom] {
@@ -393,15 +398,13 @@ fn refresh(root: &Path, enabled: &[Skill]) -> std::io::Result<()> {
 
 /// Reads SKILL.md of a skill, at most `max_chars` characters (then `truncated`).
 pub fn read_skill_md(skill: &Skill, max_chars: usize) -> Result<(String, bool)> {
-    let mut text = String::new();
+    let mut bytes = Vec::new();
+    // At most 4 bytes per character: enough for `max_chars`, without reading a huge file whole.
     File::open(skill.dir.join("SKILL.md"))
-        .and_then(|f| f.take(max_chars as u64 * 4 + 4).read_to_string(&mut text))
+        .and_then(|f| f.take(max_chars as u64 * 4 + 4).read_to_end(&mut bytes))
         .map_err(|e| SandboxError::Unavailable(format!("SKILL.md of {:?} cannot be read ({})", skill.dir_name, e.kind())))?;
-    if text.chars().count() > max_chars {
-        Ok((text.chars().take(max_chars).collect(), true))
-    } else {
-        Ok((text, false))
-    }
+    let text = String::from_utf8_lossy(&bytes);
+    if text.chars().count() > max_chars { Ok((text.chars().take(max_chars).collect(), true)) } else { Ok((text.into_owned(), false)) }
 }
 
 #[cfg(test)]

@@ -18,7 +18,10 @@ const SECS: Duration = Duration::from_secs(20);
 
 fn write_skill(root: &Path, name: &str, extra: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(root.join(name))?;
-    std::fs::write(root.join(name).join("SKILL.md"), format!("---\nname: {name}\ndescription: The {name} skill.\n{extra}---\n# {name}\nDo it.\n"))?;
+    std::fs::write(
+        root.join(name).join("SKILL.md"),
+        format!("---\nname: {name}\ndescription: The {name} skill.\n{extra}---\n# {name}\nDo it.\n"),
+    )?;
     Ok(())
 }
 
@@ -107,7 +110,8 @@ async fn mounted_read_only(provider_yaml: &str, bwrap: bool) -> anyhow::Result<(
         let ran = common::exec(&mut c, ALICE_KEY, T, &format!("{write} 2>&1; rm -f /mnt/skills/public/beta/SKILL.md 2>&1"), SECS).await?;
         assert_eq!(ran.all_output().matches("Read-only file system").count(), 2, "{ran:?}");
     } else {
-        let status = expect_code(common::exec(&mut c, ALICE_KEY, T, write, SECS).await, Code::PermissionDenied, "local write into /mnt/skills");
+        let status =
+            expect_code(common::exec(&mut c, ALICE_KEY, T, write, SECS).await, Code::PermissionDenied, "local write into /mnt/skills");
         assert!(status.message().contains("read-only"), "{status:?}");
     }
     let md = common::read(&mut c, ALICE_KEY, T, "/mnt/skills/public/alpha/SKILL.md").await?;
@@ -181,7 +185,11 @@ async fn custom_skills_install_per_user_and_delete() -> anyhow::Result<()> {
         // GetSkill returns SKILL.md; the same name again needs replace; a public name is taken.
         let got = skills.get_skill(req(ALICE_KEY, GetSkillRequest { name: "csv-report".to_owned() })).await?.into_inner();
         assert!(got.skill_md.starts_with("---\nname: csv-report") && !got.skill_md_truncated, "{got:?}");
-        let status = expect_code(install(&mut skills, ALICE_KEY, &skill_zip("csv-report")?, false).await, Code::FailedPrecondition, "a second install");
+        let status = expect_code(
+            install(&mut skills, ALICE_KEY, &skill_zip("csv-report")?, false).await,
+            Code::FailedPrecondition,
+            "a second install",
+        );
         assert!(status.message().contains("replace"), "{status:?}");
         assert!(install(&mut skills, ALICE_KEY, &skill_zip("csv-report")?, true).await?.replaced);
         expect_code(install(&mut skills, ALICE_KEY, &skill_zip("alpha")?, true).await, Code::FailedPrecondition, "a public skill's name");
