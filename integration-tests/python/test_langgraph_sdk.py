@@ -211,12 +211,13 @@ def test_cors_lets_the_configured_browser_origin_in_and_no_other(server: Server)
     ui = "http://localhost:3000"
     preflight = httpx.options(
         f"{server.url}/threads/search",
-        headers={"Origin": ui, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type,x-api-key"},
+        headers={"Origin": ui, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type,x-api-key"},
     )
     assert preflight.status_code == 200, preflight.text
     assert preflight.headers["access-control-allow-origin"] == ui
     assert "POST" in preflight.headers["access-control-allow-methods"]
-    assert "x-api-key" in preflight.headers["access-control-allow-headers"].lower()
+    allowed = preflight.headers["access-control-allow-headers"].lower()
+    assert "x-api-key" in allowed and "authorization" in allowed, allowed
     # An origin that is not listed gets no CORS grant (the browser then refuses the call).
     other = httpx.options(
         f"{server.url}/threads/search",

@@ -81,7 +81,7 @@ impl LangGraphApiConfig {
     /// The CORS layer for `cors_origins` (None when the list is empty).
     pub fn cors(&self) -> Option<tower_http::cors::CorsLayer> {
         use axum::http::{HeaderName, HeaderValue, Method, header};
-        use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+        use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
         if self.cors_origins.is_empty() {
             return None;
         }
@@ -94,7 +94,8 @@ impl LangGraphApiConfig {
             CorsLayer::new()
                 .allow_origin(origin)
                 .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE, Method::OPTIONS])
-                .allow_headers(Any)
+                // Mirrored rather than `*`: browsers never let a wildcard cover Authorization.
+                .allow_headers(AllowHeaders::mirror_request())
                 // The SDKs read the run id from Content-Location and resume streams with Last-Event-ID.
                 .expose_headers([header::CONTENT_LOCATION, header::LOCATION, HeaderName::from_static("retry-after")])
                 .max_age(std::time::Duration::from_secs(self.cors_max_age_secs)),
