@@ -14,6 +14,7 @@ pub mod model_info;
 pub mod pipeline;
 pub mod prompt;
 pub mod runner;
+pub mod skills;
 pub mod state;
 pub mod subagents;
 pub mod tool_error;
@@ -129,6 +130,8 @@ impl AgentFactory for LeadFactory {
             mcp_enabled: self.config.mcp.enabled,
             caller,
             subagent,
+            skills_enabled: self.config.skills.enabled,
+            skills: Vec::new(),
         }))
     }
 }
@@ -147,6 +150,10 @@ pub struct LeadAgent {
     pub caller: String,
     /// In a subagent's run: its type (the tools it may use, its turn limit).
     pub subagent: Option<subagents::SubagentDef>,
+    /// Whether the attempt lists the user's skills (`runs.lead.skills.enabled`).
+    pub skills_enabled: bool,
+    /// The user's enabled skills, listed at the start of the attempt.
+    pub skills: Vec<skills::SkillInfo>,
 }
 
 impl LeadAgent {
@@ -173,6 +180,10 @@ impl LeadAgent {
 impl Agent for LeadAgent {
     fn run(mut self: Box<Self>, ctx: AgentContext) -> BoxFuture<'static, Outcome> {
         Box::pin(async move {
+            if self.skills_enabled {
+                self.skills = skills::discover(&ctx).await;
+                self.system_prompt.push_str(&skills::prompt_section(&self.skills));
+            }
             if self.mcp_enabled {
                 self.add_mcp_tools(&ctx).await;
             }
@@ -226,7 +237,17 @@ mod tests {
         let names = LeadFactory::default().pipeline(&spec()).map(|p| p.names()).unwrap_or_default();
         assert_eq!(
             names,
-            vec!["ThreadData", "Uploads", "Sandbox", "DanglingToolCall", "ToolErrorHandling", "Title", "LoopDetection", "Clarification"]
+            vec![
+                "ThreadData",
+                "Uploads",
+                "Sandbox",
+                "DanglingToolCall",
+                "ToolErrorHandling",
+                "SkillToolPolicy",
+                "Title",
+                "LoopDetection",
+                "Clarification"
+            ]
         );
     }
 
@@ -249,6 +270,7 @@ mod tests {
                 "Guardrail",
                 "Audit",
                 "ToolErrorHandling",
+                "SkillToolPolicy",
                 "MyTitle",
                 "Tail",
                 "Clarification"
