@@ -583,6 +583,15 @@ mod tests {
     }
 
     #[test]
+    fn the_health_only_listener_is_off_by_default_and_checked() {
+        let text = parse("server:\n  health_listen: nowhere\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("server.health_listen") && text.contains("nowhere"), "{text}");
+        assert!(parse("").is_ok_and(|c| c.server.health_listen_addr().is_ok_and(|a| a.is_none())), "off by default");
+        let on = parse("server:\n  health_listen: 0.0.0.0:8081\n");
+        assert!(on.is_ok_and(|c| c.server.health_listen_addr().is_ok_and(|a| a.is_some_and(|a| a.port() == 8081))));
+    }
+
+    #[test]
     fn metrics_settings_are_checked_with_their_paths() {
         let error = |text: &str| parse(text).err().map(|e| e.to_string()).unwrap_or_default();
         let text = error("server:\n  metrics:\n    listen: not-an-address\n");
