@@ -205,6 +205,8 @@ def takeover(pb) -> None:
         t0 = time.monotonic()
         kill_wall_ms = None
         held_by_victim: list[str] = []
+        finalizing_on_victim: list[str] = []
+        lease_of: dict[str, int] = {}
         pending_on_victim: list[str] = []
         for i in range(RUNS):
             if i == RUNS // 2:
@@ -212,16 +214,20 @@ def takeover(pb) -> None:
                 # Frozen first, so what the store says it holds is what it holds when it dies.
                 kill_wall_ms = int(time.time() * 1000)
                 os.killpg(victim.proc.pid, signal.SIGSTOP)
-                # Its RUNNING (and FINALIZING) runs: leases it will never renew.
-                held_by_victim = [r[0] for r in q(f"SELECT run_id FROM runs WHERE owner_worker_id = '{victim_worker}' "
-                                                  "AND status IN ('running', 'finalizing')", db)]
+                # Its RUNNING runs (leases it will never renew) and FINALIZING ones (a survivor adds the closing).
+                held = q(f"SELECT run_id, status, lease_expires_at FROM runs WHERE owner_worker_id = '{victim_worker}' "
+                         "AND status IN ('running', 'finalizing')", db)
+                held_by_victim = [r[0] for r in held if r[1] == "running"]
+                finalizing_on_victim = [r[0] for r in held if r[1] == "finalizing"]
+                lease_of = {r[0]: int(r[2]) for r in held if r[2]}
                 # And the PENDING runs it had admitted (an admission names its replica as owner until it starts them).
                 pending_on_victim = [r[0] for r in q(f"SELECT run_id FROM runs WHERE owner_worker_id = '{victim_worker}' AND status = 'pending'", db)]
                 pending_total = int(q("SELECT count(*) FROM runs WHERE status = 'pending'", db)[0][0])
                 c.kill(victim)
                 adm.drop(victim.address)
-                print(f"  stopped and killed {victim.name} after {time.monotonic() - t0:.1f} s, holding {len(held_by_victim)} RUNNING runs and "
-                      f"{len(pending_on_victim)} PENDING runs it had admitted ({pending_total} PENDING in all)", flush=True)
+                print(f"  stopped and killed {victim.name} after {time.monotonic() - t0:.1f} s, holding {len(held_by_victim)} RUNNING runs, "
+                      f"{len(finalizing_on_victim)} FINALIZING runs and {len(pending_on_victim)} PENDING runs it had admitted "
+                      f"({pending_total} PENDING in all)", flush=True)
             adm.submit(script, i)
         adm.wait(RUNS)
         t_admit = time.monotonic() - t0
@@ -243,16 +249,24 @@ def takeover(pb) -> None:
         for run_id, created, payload in rows:
             ev = pb.event.RunEvent.FromString(bytes.fromhex(payload))
             first_start.setdefault(run_id, {}).setdefault(ev.metadata.attempt, int(created))
-        delays, not_resumed = [], []
+        delays, after_lease, not_resumed = [], [], []
         for r in held_by_victim:
             later = [t for a, t in first_start.get(r, {}).items() if a >= 2 and t >= kill_wall_ms]
             if later:
                 delays.append((min(later) - kill_wall_ms) / 1000)
+                if r in lease_of:
+                    # How long after the run became claimable (its lease + the grace) a survivor claimed it.
+                    after_lease.append((min(later) - lease_of[r]) / 1000 - GRACE)
             else:
                 not_resumed.append(r)
         print(f"  the victim's {len(held_by_victim)} RUNNING runs resumed elsewhere: {len(delays)}; "
               f"delay after the kill {spread(delays)} (goal <= lease + grace + sweep + 1 = {goal} s; over it: "
-              f"{sum(1 for d in delays if d > goal)})", flush=True)
+              f"{sum(1 for d in delays if d > goal)}); after their lease + grace: {spread(after_lease)}", flush=True)
+        if finalizing_on_victim:
+            ids = ",".join(f"'{r}'" for r in finalizing_on_victim)
+            closed = [(int(r[0]) - kill_wall_ms) / 1000 for r in q(f"SELECT finished_at FROM runs WHERE run_id IN ({ids}) AND finished_at IS NOT NULL", db)]
+            print(f"  the victim's {len(finalizing_on_victim)} FINALIZING runs closed by a survivor (no new attempt): {len(closed)}; "
+                  f"after the kill {spread(closed)}", flush=True)
         if not_resumed:
             ids = ",".join(f"'{r}'" for r in not_resumed)
             how = q(f"SELECT status, stop_reason, attempt, count(*) FROM runs WHERE run_id IN ({ids}) GROUP BY 1, 2, 3", db)
@@ -271,7 +285,7 @@ def takeover(pb) -> None:
               f"(latest {int(pending_late[1] or 0) / 1000:.1f} s after the kill)", flush=True)
 
         # Proof from the store.
-        statuses = q("SELECT status, count(*) FROM runs GROUP BY status ORDER BY status", db)
+        statuses = q("SELECT status || coalesce(':' || error_code, ''), count(*) FROM runs GROUP BY 1 ORDER BY 1", db)
         ends = q("SELECT count(*) FROM (SELECT run_id FROM run_events WHERE kind = 14 GROUP BY run_id HAVING count(*) <> 1) x", db)[0][0]
         no_end = q("SELECT count(*) FROM runs r WHERE NOT EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = r.run_id AND e.kind = 14)", db)[0][0]
         gaps = q("SELECT count(*) FROM (SELECT r.run_id FROM runs r JOIN run_events e USING (run_id) GROUP BY r.run_id, r.last_seq "

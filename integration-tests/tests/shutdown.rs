@@ -40,7 +40,16 @@ async fn the_health_only_listener_follows_the_server_and_serves_nothing_else() -
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let config = format!("server:\n  shutdown_grace_secs: 2\n  health_listen: 127.0.0.1:{port}\n");
     let process = start("antler", Launch::new(["up"]).config(config))?;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))?.connect().await?;
+    // Bound as serving starts, just after the ready line: a probe retries, and so does this.
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let channel = loop {
+        match endpoint.connect().await {
+            Ok(channel) => break channel,
+            Err(error) if Instant::now() > deadline => anyhow::bail!("no health-only listener: {error}\n{}", process.stderr()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
     let mut health = HealthClient::new(channel.clone());
     let runs = HealthCheckRequest { service: "antler.runs.v1.RunService".to_owned() };
     assert_eq!(health.check(runs.clone()).await?.into_inner().status(), ServingStatus::Serving, "{}", process.stderr());

@@ -39,7 +39,7 @@ pub async fn beat(engine: &Engine) -> Result<(), RunsError> {
     engine
         .store
         .retry_busy(|| async {
-            let tx = engine.store.tx().await?;
+            let tx = engine.store.control_tx().await?;
             workers::Entity::insert(workers::ActiveModel::from(row.clone()))
                 .on_conflict(OnConflict::column(workers::Column::WorkerId).update_column(workers::Column::ExpiresAt).to_owned())
                 .exec_without_returning(&*tx)
