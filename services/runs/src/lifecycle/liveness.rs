@@ -101,7 +101,7 @@ pub async fn find_dead(engine: &Engine) -> Result<Vec<String>, RunsError> {
         .filter(workers::Column::ExpiresAt.lt(cut))
         .filter(workers::Column::WorkerId.ne(engine.worker_id.as_str()))
         .into_tuple()
-        .all(engine.store.db())
+        .all(engine.store.control_db())
         .await?;
     let dead: Vec<String> = if dead_workers.is_empty() {
         Vec::new()
@@ -113,7 +113,7 @@ pub async fn find_dead(engine: &Engine) -> Result<Vec<String>, RunsError> {
             .filter(runs::Column::Status.eq(PENDING))
             .filter(runs::Column::OwnerWorkerId.is_in(dead_workers))
             .into_tuple::<Option<String>>()
-            .all(engine.store.db())
+            .all(engine.store.control_db())
             .await?
             .into_iter()
             .flatten()
@@ -125,7 +125,7 @@ pub async fn find_dead(engine: &Engine) -> Result<Vec<String>, RunsError> {
     *engine.dead_owners.lock().unwrap_or_else(|p| p.into_inner()) = dead.clone();
 
     let forget_before = now - FORGET_AFTER.as_millis() as i64;
-    let tx = engine.store.tx().await?;
+    let tx = engine.store.control_tx().await?;
     workers::Entity::delete_many().filter(workers::Column::ExpiresAt.lt(forget_before)).exec(&*tx).await?;
     tx.commit().await?;
     Ok(dead)
