@@ -29,6 +29,8 @@ pub struct Turn {
     /// Answer this HTTP status instead, with an error body that quotes the credentials the request
     /// presented (`Authorization: Bearer …` or `x-api-key`), as OpenAI does for a wrong key.
     pub refuse: Option<u16>,
+    /// The finish reason sent (default: `tool_calls` with calls, else `stop`), e.g. `content_filter`.
+    pub finish: Option<&'static str>,
 }
 
 impl Turn {
@@ -52,6 +54,25 @@ impl Turn {
     pub fn tools(text: &str, calls: Vec<Call>) -> Self {
         Self { text: text.to_owned(), calls, ..Self::default() }
     }
+
+    /// The same turn, finished with `reason` (e.g. `content_filter`, a provider's safety stop).
+    pub fn finish(mut self, reason: &'static str) -> Self {
+        self.finish = Some(reason);
+        self
+    }
+}
+
+/// One conversation's script in a routed double (see [`LlmDouble::start_routed`]): the requests
+/// whose first user message contains `marker` follow `turns`, by the number of assistant messages.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub marker: String,
+    pub turns: Vec<Turn>,
+}
+
+/// A [`Route`] for conversations whose first user message contains `marker`.
+pub fn route(marker: &str, turns: Vec<Turn>) -> Route {
+    Route { marker: marker.to_owned(), turns }
 }
 
 /// A tool call `id` of `name` with `arguments`.
@@ -111,16 +132,29 @@ impl LlmDouble {
 
     /// Starts the double with `turns`, chosen by `select`.
     pub async fn start_with(turns: Vec<Turn>, after_last: AfterLast, select: Select) -> Result<Self> {
+        Self::serve_routes(vec![route("", turns)], after_last, select).await
+    }
+
+    /// Starts the double with one script per conversation: a request follows the first route whose
+    /// marker its first user message contains, at the turn given by its number of assistant
+    /// messages. So a lead agent and the subagents it starts (whose first user message is their
+    /// task) each follow their own script, in any interleaving. A request no route matches is
+    /// refused (HTTP 400).
+    pub async fn start_routed(routes: Vec<Route>, after_last: AfterLast) -> Result<Self> {
+        Self::serve_routes(routes, after_last, Select::ByHistory).await
+    }
+
+    async fn serve_routes(routes: Vec<Route>, after_last: AfterLast, select: Select) -> Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Mutex::new(Shared::default()));
-        let turns = Arc::new(turns);
+        let routes = Arc::new(routes);
         let state = shared.clone();
         let task = tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
-                let (turns, state) = (turns.clone(), state.clone());
+                let (routes, state) = (routes.clone(), state.clone());
                 tokio::spawn(async move {
-                    if let Err(error) = serve(socket, &turns, after_last, select, &state).await {
+                    if let Err(error) = serve(socket, &routes, after_last, select, &state).await {
                         eprintln!("llm double: connection failed: {error}");
                     }
                 });
@@ -137,6 +171,11 @@ impl LlmDouble {
     /// The request bodies received so far, in order.
     pub fn requests(&self) -> Vec<Value> {
         self.shared.lock().map(|s| s.requests.clone()).unwrap_or_default()
+    }
+
+    /// The requests of one conversation: those whose first user message contains `marker`.
+    pub fn requests_of(&self, marker: &str) -> Vec<Value> {
+        self.requests().into_iter().filter(|r| first_user_text(r).contains(marker)).collect()
     }
 
     /// How many streams the client abandoned before the end (the connection closed under a write).
@@ -193,10 +232,21 @@ fn presented_key(head: &str) -> String {
         .unwrap_or_default()
 }
 
-async fn serve(mut socket: TcpStream, turns: &[Turn], after_last: AfterLast, select: Select, state: &Mutex<Shared>) -> Result<()> {
+/// The content of a request's first user message, as JSON text (string or parts).
+fn first_user_text(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .and_then(|messages| messages.iter().find(|m| m["role"] == "user"))
+        .map(|m| m["content"].to_string())
+        .unwrap_or_default()
+}
+
+async fn serve(mut socket: TcpStream, routes: &[Route], after_last: AfterLast, select: Select, state: &Mutex<Shared>) -> Result<()> {
     let Some((head, body)) = read_request(&mut socket).await? else { return Ok(()) };
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let answered = request["messages"].as_array().map(|m| m.iter().filter(|m| m["role"] == "assistant").count()).unwrap_or(0);
+    let first_user = first_user_text(&request);
+    let turns: &[Turn] = routes.iter().find(|r| first_user.contains(&r.marker)).map(|r| r.turns.as_slice()).unwrap_or(&[]);
     let index = {
         let mut shared = state.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
         shared.requests.push(request);
@@ -288,7 +338,7 @@ fn events(turn: &Turn, index: usize) -> Vec<String> {
             ));
         }
     }
-    let finish = if turn.calls.is_empty() { "stop" } else { "tool_calls" };
+    let finish = turn.finish.unwrap_or(if turn.calls.is_empty() { "stop" } else { "tool_calls" });
     out.push(chunk(index, json!({}), Some(finish)));
     out.push(json!({
         "id": format!("chatcmpl-{index}"),

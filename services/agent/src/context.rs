@@ -8,7 +8,7 @@ use antler_proto::runs::ValuesEvent;
 use antler_proto::runs::run_event::Kind;
 use tokio_util::sync::CancellationToken;
 
-use crate::host::{Batch, Effect, Fenced, Host, NewCheckpoint};
+use crate::host::{Batch, Effect, EffectResult, Fenced, Host, NewCheckpoint, SubagentCall, SubagentUpdate};
 use crate::spec::RunSpec;
 
 /// See the module documentation.
@@ -148,6 +148,27 @@ impl AgentContext {
             return Ok(());
         }
         self.host.write(batch).await
+    }
+
+    /// Writes what is staged, then `kinds`, and records `result` in the journal, in one write: the
+    /// events, the usage staged with them and the journal entry are durable together or not at all
+    /// (the `task` tool's end: a resumed attempt finds the result and adds the usage no second time).
+    pub async fn finish_effect(&self, kinds: Vec<Kind>, result: EffectResult) -> Result<(), Fenced> {
+        if self.host.fenced() {
+            return Err(Fenced);
+        }
+        let mut batch = std::mem::take(&mut *self.staged());
+        batch.events.extend(kinds);
+        batch.results.push(result);
+        self.host.write(batch).await
+    }
+
+    /// Runs a subagent task as a child run of this run (see [`Host::subagent`]).
+    pub async fn subagent(&self, call: SubagentCall) -> Result<tokio::sync::mpsc::Receiver<SubagentUpdate>, Fenced> {
+        if self.host.fenced() {
+            return Err(Fenced);
+        }
+        self.host.subagent(call).await
     }
 
     /// The journal's record of `tool_call_id` (see [`Effect`]).

@@ -17,7 +17,7 @@ pub mod secrets;
 pub mod spec;
 
 pub use context::AgentContext;
-pub use host::{Batch, Effect, Fenced, Host, NewCheckpoint};
+pub use host::{Batch, Effect, EffectResult, Fenced, Host, NewCheckpoint, SubagentCall, SubagentEnd, SubagentUpdate};
 pub use outcome::{Outcome, Outputs};
 pub use secrets::RunSecrets;
 pub use spec::RunSpec;

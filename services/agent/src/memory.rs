@@ -58,6 +58,10 @@ impl Host for MemoryHost {
             if batch.title.is_some() {
                 written.title = batch.title;
             }
+            let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+            for done in batch.results {
+                journal.insert(done.tool_call_id, Effect::Done { result: done.result, is_error: done.is_error });
+            }
             written.writes += 1;
             Ok(())
         })

@@ -20,6 +20,7 @@ pub mod secrets;
 pub mod status;
 pub mod store;
 pub mod stream;
+pub mod subagent;
 pub mod threads;
 pub mod time;
 pub mod worker;

@@ -32,6 +32,14 @@ impl Vault {
         if names.is_empty() { Arc::new(RunSecrets::none()) } else { Arc::new(RunSecrets::lost(names)) }
     }
 
+    /// Gives run `to` (a subagent run) the secrets of run `from` (its parent), if kept here.
+    pub fn share(&self, from: &str, to: &str) {
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(secrets) = runs.get(from).cloned() {
+            runs.insert(to.to_owned(), secrets);
+        }
+    }
+
     /// Forgets `run_id`'s secrets (its run ended, here or elsewhere).
     pub fn forget(&self, run_id: &str) {
         self.runs.lock().unwrap_or_else(|p| p.into_inner()).remove(run_id);

@@ -50,6 +50,15 @@ pub fn kind_of(kind: &Kind) -> EventKind {
     }
 }
 
+/// `RunEvent.task_id` of an event: the task of a `subagent` event (so ListRunEvents can select one
+/// task's events), empty for everything else.
+fn task_id_of(kind: &Kind) -> String {
+    match kind {
+        Kind::Subagent(s) => s.task_id.clone(),
+        _ => String::new(),
+    }
+}
+
 /// Who may append: a worker only while it owns the run, or the service itself (admission, cancel,
 /// takeover), which has already settled ownership in the same transaction.
 #[derive(Debug, Clone, Copy)]
@@ -124,7 +133,7 @@ pub async fn append_setting(
                 seq: seq as u64,
                 time: Some(to_timestamp(now)),
                 thread_id: thread_id.to_owned(),
-                task_id: String::new(),
+                task_id: task_id_of(&kind),
                 kind: Some(kind),
             })
         })
@@ -151,7 +160,7 @@ pub async fn append_one_postgres(
         seq: 0,
         time: Some(to_timestamp(now)),
         thread_id: thread_id.to_owned(),
-        task_id: String::new(),
+        task_id: task_id_of(&kind),
         kind: Some(kind),
     });
     let statement = sea_orm::Statement::from_sql_and_values(

@@ -13,7 +13,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use crate::engine::{Engine, LocalRun, StopCause};
-use crate::host::{RunHost, RunIds};
+use crate::host::{Inherited, RunHost, RunIds};
 use crate::lifecycle::finalize::{self, Outcome, Outputs};
 use crate::lifecycle::{lease, liveness, start};
 use crate::store::entity::{checkpoints, run_inputs, runs};
@@ -168,7 +168,12 @@ fn launch(engine: Arc<Engine>, run: runs::Model, permit: OwnedSemaphorePermit, r
 }
 
 async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
-    let local = LocalRun::new();
+    execute_with(engine, run, resumed, LocalRun::new()).await
+}
+
+/// Executes one attempt of `run` (started or claimed by this worker) under `local`, to its
+/// finalization: what the dispatcher does with a run, and a parent's `task` call with a child run.
+pub(crate) async fn execute_with(engine: &Arc<Engine>, run: runs::Model, resumed: bool, local: LocalRun) {
     engine.local.lock().unwrap_or_else(|p| p.into_inner()).insert(run.run_id.clone(), local.clone());
     metrics::gauge!("antler_runs_active").increment(1.0);
     let keep_alive = tokio::spawn(lease::keep_alive(engine.clone(), run.run_id.clone(), local.clone()));
@@ -247,10 +252,17 @@ async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
                             user_id: spec.user_id.clone(),
                             attempt: spec.attempt,
                         };
-                        let host = std::sync::Arc::new(RunHost::new(engine.clone(), ids, local.clone()));
-                        let ctx = AgentContext::new(spec, host, local.token.clone(), engine.clients.clone());
+                        let inherit = Inherited {
+                            secret_names: spec.request.secrets.keys().cloned().collect(),
+                            context: spec.request.config.as_ref().and_then(|c| c.context.clone()),
+                        };
+                        let host = std::sync::Arc::new(RunHost::inheriting(engine.clone(), ids, local.clone(), inherit));
+                        let ctx = AgentContext::new(spec, host.clone(), local.token.clone(), engine.clients.clone());
                         // A panicking agent must not take the worker down with it.
-                        match tokio::spawn(agent.run(ctx).instrument(tracing::Span::current())).await {
+                        let outcome = tokio::spawn(agent.run(ctx).instrument(tracing::Span::current())).await;
+                        // Subagent runs end before their parent is finalized.
+                        host.join_children().await;
+                        match outcome {
                             Ok(outcome) => outcome,
                             Err(join) => Outcome::Failed(RunError {
                                 code: "agent_panicked".to_owned(),

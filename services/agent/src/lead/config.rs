@@ -17,6 +17,8 @@ pub struct LeadConfig {
     pub summarization: SummarizationConfig,
     pub token_budget: TokenBudgetConfig,
     pub memory: MemoryConfig,
+    /// The `task` tool and its subagents (see `subagents.rs`).
+    pub subagents: super::subagents::SubagentsConfig,
 }
 
 /// The Memory layer (the memory service's own settings, debounce, caps and thresholds, are in its
@@ -169,7 +171,7 @@ pub struct MiddlewaresConfig {
 }
 
 /// Built-in layers that `middlewares.disabled` may name.
-pub const SWITCHABLE: [&str; 13] = [
+pub const SWITCHABLE: [&str; 14] = [
     "ThreadData",
     "Uploads",
     "Sandbox",
@@ -181,6 +183,7 @@ pub const SWITCHABLE: [&str; 13] = [
     "Title",
     "Memory",
     "TokenBudget",
+    "SubagentLimit",
     "LoopDetection",
     "Clarification",
 ];
@@ -352,6 +355,7 @@ impl LeadConfig {
         check_range("runs.lead.loop_detection.window_size", l.window_size.into(), 1, 10_000)?;
         check_range("runs.lead.loop_detection.tool_freq_warn", l.tool_freq_warn.into(), 1, 100_000)?;
         check_range("runs.lead.loop_detection.tool_freq_hard_limit", l.tool_freq_hard_limit.into(), l.tool_freq_warn.into(), 100_000)?;
+        self.subagents.validate()?;
         Ok(())
     }
 }

@@ -101,8 +101,18 @@ impl RunEnv {
         self.skills.get().map_or(&[], Vec::as_slice)
     }
 
+    /// The thread whose sandbox this run works in: its own, or for a subagent run its parent's (the
+    /// lead agent and its subagents share one workspace).
     pub fn thread_id(&self) -> &str {
-        &self.ctx.spec.thread_id
+        match self.ctx.spec.request.subagent.as_ref() {
+            Some(task) if !task.parent_thread_id.is_empty() => &task.parent_thread_id,
+            _ => &self.ctx.spec.thread_id,
+        }
+    }
+
+    /// Whether this run is a subagent's child run.
+    pub fn is_subagent(&self) -> bool {
+        self.ctx.spec.request.subagent.is_some()
     }
 
     /// The sandbox service client, acquiring the thread's sandbox on first use.
@@ -130,6 +140,10 @@ impl RunEnv {
     /// tool call cut short by a cancel). Files stay; the next run on the thread reactivates it. Best
     /// effort: the sandbox service also releases idle sandboxes itself.
     pub async fn release_sandbox(&self) {
+        // A subagent borrows its parent's sandbox, which the parent (still running) releases.
+        if self.is_subagent() {
+            return;
+        }
         let (Some(_), Some(client)) = (self.sandbox.get(), self.ctx.clients().get("sandbox")) else { return };
         let request = client.request(
             &self.ctx.call_context(),

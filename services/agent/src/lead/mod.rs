@@ -16,6 +16,7 @@ pub mod prompt;
 pub mod runner;
 pub mod skills;
 pub mod state;
+pub mod subagents;
 pub mod tool_error;
 pub mod tool_exec;
 pub mod tools;
@@ -62,10 +63,18 @@ pub struct CustomLayer {
 impl LeadFactory {
     /// The pipeline of one run: the built-in layers under the configuration, then the custom ones.
     pub fn pipeline(&self, spec: &RunSpec) -> Result<Pipeline, pipeline::PipelineError> {
-        let clarification_disabled = spec.request.config.as_ref().is_some_and(|c| c.clarification_disabled);
-        let plan_mode = spec.request.config.as_ref().is_some_and(|c| c.plan_mode);
-        let budget = self.config.token_budget.effective(spec.request.config.as_ref().map_or(0, |c| c.token_budget));
-        let mut base = middleware::defaults(&self.config, plan_mode, clarification_disabled, budget);
+        let config = spec.request.config.clone().unwrap_or_default();
+        let delegates = self.delegates(spec);
+        let subagents = &self.config.subagents;
+        let layers = middleware::RunLayers {
+            plan_mode: config.plan_mode,
+            clarification_disabled: config.clarification_disabled,
+            token_budget: self.config.token_budget.effective(config.token_budget),
+            subagent_limit: delegates
+                .then(|| (subagents.concurrent(config.max_concurrent_subagents), subagents.total(config.max_total_subagents))),
+            subagent: spec.request.subagent.is_some(),
+        };
+        let mut base = middleware::defaults(&self.config, layers);
         let mut extras = Vec::new();
         for custom in &self.custom {
             let layer = (custom.build)(spec);
@@ -78,17 +87,39 @@ impl LeadFactory {
     }
 }
 
+impl LeadFactory {
+    /// Whether a run gets the `task` tool: it asked (`config.subagents_enabled`) or the configuration
+    /// offers it to every run — never a subagent's own run (no nesting).
+    pub fn delegates(&self, spec: &RunSpec) -> bool {
+        spec.request.subagent.is_none()
+            && (self.config.subagents.enabled || spec.request.config.as_ref().is_some_and(|c| c.subagents_enabled))
+    }
+}
+
 impl AgentFactory for LeadFactory {
     fn build(&self, spec: &RunSpec) -> Result<Box<dyn Agent>, RunError> {
         let plan_mode = spec.request.config.as_ref().is_some_and(|c| c.plan_mode);
-        let pipeline = self.pipeline(spec).map_err(|e| RunError {
-            code: "start_failed".to_owned(),
-            message: format!("the lead agent's middleware pipeline is invalid: {e}"),
-            retryable: false,
-            details: None,
-        })?;
-        let tools = ToolSet::builtin(plan_mode);
-        let base = if self.config.system_prompt.is_empty() { prompt::SYSTEM_PROMPT.to_owned() } else { self.config.system_prompt.clone() };
+        let start_failed = |message: String| RunError { code: "start_failed".to_owned(), message, retryable: false, details: None };
+        let pipeline = self.pipeline(spec).map_err(|e| start_failed(format!("the lead agent's middleware pipeline is invalid: {e}")))?;
+        let mut tools = ToolSet::builtin(plan_mode);
+        let mut base =
+            if self.config.system_prompt.is_empty() { prompt::SYSTEM_PROMPT.to_owned() } else { self.config.system_prompt.clone() };
+        let mut caller = "lead_agent".to_owned();
+        let mut subagent = None;
+        if let Some(task) = &spec.request.subagent {
+            let Some(def) = self.config.subagents.registry().remove(&task.subagent_type) else {
+                return Err(start_failed(format!(
+                    "subagent type `{}` is not configured (runs.lead.subagents)\nhint: the configuration changed after the task started",
+                    task.subagent_type
+                )));
+            };
+            base = if def.system_prompt.is_empty() { subagents::SUBAGENT_PROMPT.to_owned() } else { def.system_prompt.clone() };
+            caller = format!("subagent:{}", task.subagent_type);
+            tools.retain(|name| def.allows(name));
+            subagent = Some(def);
+        } else if self.delegates(spec) {
+            tools.extend([Arc::new(tools::task::Task::new(self.config.subagents.registry())) as Arc<dyn tools::Tool>]);
+        }
         let system_prompt = prompt::with_context(base, spec.request.config.as_ref().and_then(|c| c.context.as_ref()));
         Ok(Box::new(LeadAgent {
             pipeline,
@@ -97,6 +128,8 @@ impl AgentFactory for LeadFactory {
             system_prompt,
             catalog_hash: String::new(),
             mcp_enabled: self.config.mcp.enabled,
+            caller,
+            subagent,
             skills_enabled: self.config.skills.enabled,
             skills: Vec::new(),
         }))
@@ -113,6 +146,10 @@ pub struct LeadAgent {
     pub catalog_hash: String,
     /// Whether the attempt lists the MCP service's tools (`runs.lead.mcp.enabled`).
     pub mcp_enabled: bool,
+    /// The caller tag of its model calls: `lead_agent`, or `subagent:<type>` in a subagent's run.
+    pub caller: String,
+    /// In a subagent's run: its type (the tools it may use, its turn limit).
+    pub subagent: Option<subagents::SubagentDef>,
     /// Whether the attempt lists the user's skills (`runs.lead.skills.enabled`).
     pub skills_enabled: bool,
     /// The user's enabled skills, listed at the start of the attempt.
@@ -153,6 +190,11 @@ impl Agent for LeadAgent {
             // view_image only for a model that can look (DeerFlow offers it the same way).
             if model_info::run_model(&ctx).await.and_then(|m| m.capabilities).is_some_and(|c| c.supports_vision) {
                 self.tools.extend([Arc::new(tools::view_image::ViewImage) as Arc<dyn tools::Tool>]);
+                self.executor = ExecuteTool { tools: self.tools.clone() };
+            }
+            // A subagent gets only the tools its type allows, MCP tools included.
+            if let Some(def) = &self.subagent {
+                self.tools.retain(|name| def.allows(name));
                 self.executor = ExecuteTool { tools: self.tools.clone() };
             }
             runner::run(&self, ctx).await

@@ -7,7 +7,7 @@ use std::time::Instant;
 use antler_proto::common::{ContentPart, ImagePart, Message, Role, ToolCall, content_part, image_part};
 use antler_proto::models::{ChatRequest, FinishReason};
 use antler_proto::runs::run_event::Kind;
-use antler_proto::runs::{MessageEvent, RunError, ToolFinished, ToolStarted};
+use antler_proto::runs::{CustomEvent, MessageEvent, RunError, ToolFinished, ToolStarted};
 
 use super::LeadAgent;
 use super::env::RunEnv;
@@ -122,13 +122,24 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
         if state.step >= limit {
             return Err(LoopError::RecursionLimit(limit as u32));
         }
+        // A subagent's turn limit: its thread holds only its own run, so every assistant message is
+        // one of its turns. It stops with what it has (DeerFlow: completed, `turn_capped`).
+        if let Some(def) = &agent.subagent {
+            let turns = state.messages.iter().filter(|m| m.role == Role::Assistant as i32).count();
+            if turns >= def.max_turns as usize {
+                tracing::info!(run_id = %ctx.spec.run_id, turns, "subagent turn limit reached");
+                env.stop("turn_capped");
+                break;
+            }
+        }
         agent.pipeline.before_model(env, &mut state).await?;
         let request = build_request(agent, env, &state);
         let requested_model = request.model_name.clone();
         let turn = agent.pipeline.model_call(env, request, &ChatStreamCall).await?;
+        let model = if turn.model_name.is_empty() { requested_model.as_str() } else { turn.model_name.as_str() };
+        let model = if model.is_empty() { "default" } else { model };
         if let Some(usage) = &turn.usage {
-            let model = if turn.model_name.is_empty() { requested_model.as_str() } else { turn.model_name.as_str() };
-            ctx.stage_usage("lead_agent", if model.is_empty() { "default" } else { model }, usage);
+            ctx.stage_usage(&agent.caller, model, usage);
         }
         let mut message = turn.message;
         message.role = Role::Assistant as i32;
@@ -136,8 +147,12 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
         match turn.finish_reason {
             FinishReason::Length if message.tool_calls.is_empty() => env.stop("model_length_capped"),
             FinishReason::ContentFilter => {
+                let dropped = message.tool_calls.len();
                 message.tool_calls.clear();
                 env.stop("safety_capped");
+                ctx.stage(safety_audit(&agent.caller, model, &message.id, state.step, dropped));
+                metrics::counter!("antler_agent_safety_finishes_total", "caller" => caller_bucket(&agent.caller)).increment(1);
+                tracing::warn!(run_id = %ctx.spec.run_id, model, caller = %agent.caller, dropped_tool_calls = dropped, "the provider's safety system stopped the answer");
             }
             _ => {}
         }
@@ -180,6 +195,30 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
     }
     // Empty for a plain final answer, as Run.stop_reason documents.
     Ok(env.stop_reason().unwrap_or_default())
+}
+
+/// The name of the audit event of a safety finish.
+pub const SAFETY_EVENT: &str = "antler.safety_finish";
+
+/// The audit event of a model answer the provider's safety system stopped (finish reason
+/// `content_filter`, which also stands for Anthropic's `refusal`): which model, which call (the
+/// message id and step), the caller, and how many tool calls were dropped. Never any content.
+fn safety_audit(caller: &str, model: &str, message_id: &str, step: i64, dropped: usize) -> Kind {
+    let data = serde_json::json!({
+        "finish_reason": "content_filter",
+        "model_name": model,
+        "caller": caller,
+        "message_id": message_id,
+        "step": step,
+        "dropped_tool_calls": dropped,
+        "stop_reason": "safety_capped",
+    });
+    Kind::Custom(CustomEvent { name: SAFETY_EVENT.to_owned(), data: Some(antler_kit::json::json_to_value(&data)) })
+}
+
+/// The bounded metric label of a caller tag.
+fn caller_bucket(caller: &str) -> &'static str {
+    if caller.starts_with("subagent") { "subagent" } else { "lead_agent" }
 }
 
 /// Gives every tool call of `message` an id no earlier call of the thread has. Some OpenAI-compatible
@@ -250,7 +289,7 @@ fn build_request(agent: &LeadAgent, env: &RunEnv, state: &ThreadState) -> ChatRe
         tools: agent.tools.specs_where(|t| !t.deferred() || env.is_promoted(t.name())),
         thinking_enabled: config.thinking_enabled.unwrap_or(false),
         reasoning_effort: config.reasoning_effort,
-        caller: "lead_agent".to_owned(),
+        caller: agent.caller.clone(),
         run_id: spec.run_id.clone(),
         thread_id: spec.thread_id.clone(),
         ..ChatRequest::default()

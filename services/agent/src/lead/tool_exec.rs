@@ -35,7 +35,7 @@ impl ToolTerminal for ExecuteTool {
                 return Ok(ToolOutput::error(super::tools::tool_search::not_promoted_text(&call.name)));
             }
             if !tool.side_effect() {
-                return tool.call(env, args).await;
+                return tool.call_for(env, call, args).await;
             }
             let ctx = &env.ctx;
             match ctx.effect(&call.id).await.map_err(|_| ToolError::Stopping)? {
@@ -51,7 +51,7 @@ impl ToolTerminal for ExecuteTool {
             }
             let arguments = serde_json::Value::Object(args.0.clone()).to_string();
             ctx.record_intent(&call.id, &call.name, &arguments).await.map_err(|_| ToolError::Stopping)?;
-            let result = tool.call(env, args).await;
+            let result = tool.call_for(env, call, args).await;
             let (text, is_error) = match &result {
                 Ok(output) => (output.text.clone(), output.is_error),
                 // A run that stops mid-call leaves the intent alone: the outcome really is unknown.

@@ -7,7 +7,7 @@ pub mod journal;
 
 use std::sync::{Arc, Mutex};
 
-use antler_agent::{Batch, Effect, Fenced, Host};
+use antler_agent::{Batch, Effect, Fenced, Host, SubagentCall, SubagentUpdate};
 use antler_proto::common::Usage;
 use antler_proto::runs::{Checkpoint, RunEvent, RunUsage};
 use futures::future::BoxFuture;
@@ -17,7 +17,7 @@ use sea_orm::{ColumnTrait, DbBackend, EntityTrait, QueryFilter};
 
 use crate::engine::{Engine, LocalRun, StopCause};
 use crate::error::RunsError;
-use crate::store::entity::{checkpoints, runs, threads};
+use crate::store::entity::{checkpoints, runs, threads, tool_effects};
 use crate::store::now_ms;
 use crate::stream::{Writer, append_one_postgres, append_setting};
 
@@ -36,6 +36,19 @@ pub struct RunHost {
     pub(crate) spec: RunIds,
     pub(crate) local: LocalRun,
     known: Mutex<Known>,
+    /// What the run's subagent runs inherit (its request's secret names and context).
+    inherit: Inherited,
+    /// The drivers of this attempt's subagent runs (see `crate::subagent`), joined before finalizing.
+    children: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Fired once the agent returned: subagent runs still going are interrupted.
+    done: tokio_util::sync::CancellationToken,
+}
+
+/// What a run's subagent runs inherit from its request.
+#[derive(Debug, Clone, Default)]
+pub struct Inherited {
+    pub secret_names: Vec<String>,
+    pub context: Option<prost_types::Struct>,
 }
 
 /// What this attempt wrote last, so the next write needs no lookup.
@@ -78,11 +91,46 @@ impl Host for RunHost {
     fn record_result<'a>(&'a self, tool_call_id: &'a str, result: &'a str, is_error: bool) -> BoxFuture<'a, Result<(), Fenced>> {
         Box::pin(self.journal_result(tool_call_id, result, is_error))
     }
+
+    fn subagent(&self, call: SubagentCall) -> BoxFuture<'_, Result<tokio::sync::mpsc::Receiver<SubagentUpdate>, Fenced>> {
+        Box::pin(async move {
+            self.check()?;
+            let parent = crate::subagent::Parent {
+                run_id: self.spec.run_id.clone(),
+                thread_id: self.spec.thread_id.clone(),
+                user_id: self.spec.user_id.clone(),
+                secret_names: self.inherit.secret_names.clone(),
+                context: self.inherit.context.clone(),
+                local: self.local.clone(),
+                done: self.done.clone(),
+            };
+            let (updates, driver) = crate::subagent::spawn(self.engine.clone(), parent, call);
+            self.children.lock().unwrap_or_else(|p| p.into_inner()).push(driver);
+            Ok(updates)
+        })
+    }
 }
 
 impl RunHost {
     pub fn new(engine: Arc<Engine>, spec: RunIds, local: LocalRun) -> Self {
-        Self { engine, spec, local, known: Mutex::default() }
+        Self::inheriting(engine, spec, local, Inherited::default())
+    }
+
+    /// A host whose subagent runs inherit `inherit`.
+    pub fn inheriting(engine: Arc<Engine>, spec: RunIds, local: LocalRun, inherit: Inherited) -> Self {
+        Self { engine, spec, local, known: Mutex::default(), inherit, children: Mutex::default(), done: Default::default() }
+    }
+
+    /// Called once the agent returned: interrupts subagent runs still going (none, unless the agent
+    /// stopped mid-task) and waits for their drivers, so no child outlives its parent's attempt.
+    pub async fn join_children(&self) {
+        self.done.cancel();
+        let children = std::mem::take(&mut *self.children.lock().unwrap_or_else(|p| p.into_inner()));
+        for child in children {
+            if tokio::time::timeout(std::time::Duration::from_secs(30), child).await.is_err() {
+                tracing::warn!(run_id = %self.spec.run_id, "a subagent run did not stop within 30 s of its parent; finalizing without it");
+            }
+        }
     }
 
     fn check(&self) -> Result<(), Fenced> {
@@ -112,6 +160,7 @@ impl RunHost {
         // The streaming hot path on PostgreSQL: one event, nothing else, one statement.
         let lone_event = batch.events.len() == 1
             && batch.checkpoint.is_none()
+            && batch.results.is_empty()
             && batch.usage.is_empty()
             && batch.title.is_none()
             && engine.store.backend() == DbBackend::Postgres;
@@ -165,7 +214,7 @@ impl RunHost {
     ) -> Result<Option<(Vec<RunEvent>, Option<RunUsage>, Option<crate::checkpoints::Full>)>, RunsError> {
         let engine = &self.engine;
         let spec = &self.spec;
-        let Batch { events, usage, title, checkpoint } = batch;
+        let Batch { events, usage, title, checkpoint, results } = batch;
         engine
             .store
             .retry_busy(|| async {
@@ -258,6 +307,17 @@ impl RunHost {
                         values: state.values.unwrap_or_default(),
                         depth: encoded.depth,
                     });
+                }
+                // Journal results (the `task` tool's), in the same transaction as their events.
+                for done in results {
+                    tool_effects::Entity::update_many()
+                        .col_expr(tool_effects::Column::Result, Expr::value(antler_kit::redact::redact(&done.result).into_owned()))
+                        .col_expr(tool_effects::Column::IsError, Expr::value(done.is_error))
+                        .col_expr(tool_effects::Column::ResultAt, Expr::value(now))
+                        .filter(tool_effects::Column::RunId.eq(spec.run_id.as_str()))
+                        .filter(tool_effects::Column::ToolCallId.eq(done.tool_call_id.as_str()))
+                        .exec(&*tx)
+                        .await?;
                 }
                 // The thread's head and title: one statement.
                 if checkpoint.is_some() || title.is_some() {

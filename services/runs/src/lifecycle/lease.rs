@@ -200,9 +200,17 @@ pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Mod
             };
             let ending = Ending { status: ERROR, stop_reason: "max_attempts_exceeded".to_owned(), error: Some(error), rollback: false };
             end_by_service(&*tx, &run, &[RUNNING], &ending).await?
-        } else if run.parent_run_id.is_some() {
-            // A subagent run is taken over by its parent (which resumes first and waits on it).
-            None
+        } else if let Some(parent_id) = &run.parent_run_id {
+            // A subagent run is taken over by its parent (which resumes first and waits on it) —
+            // unless the parent already ended: then nobody will, and it ends INTERRUPTED here.
+            let parent: Option<String> =
+                runs::Entity::find_by_id(parent_id.clone()).select_only().column(runs::Column::Status).into_tuple().one(&*tx).await?;
+            if parent.as_deref().is_none_or(super::is_terminal) {
+                let ending = Ending { status: INTERRUPTED, stop_reason: "parent_ended".to_owned(), error: None, rollback: false };
+                end_by_service(&*tx, &run, &[RUNNING], &ending).await?
+            } else {
+                None
+            }
         } else if claimed.len() < capacity {
             if let Some((model, event)) = claim(&*tx, engine, &run, expired_before).await? {
                 events.push(event);
@@ -232,7 +240,7 @@ pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Mod
 }
 
 /// Takes over `run` from its dead owner: attempt + 1, our lease, a new METADATA event.
-async fn claim(
+pub(crate) async fn claim(
     db: &impl sea_orm::ConnectionTrait,
     engine: &Engine,
     run: &runs::Model,

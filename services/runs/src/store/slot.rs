@@ -25,6 +25,9 @@ pub enum Priority {
 /// Lifecycle grants in a row before a waiting admission gets the slot.
 pub const LIFECYCLE_STREAK: u32 = 8;
 
+/// A wait for the slot longer than this is logged (a write transaction takes milliseconds).
+const SLOW_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[derive(Debug, Default)]
 struct State {
     held: bool,
@@ -67,8 +70,17 @@ impl WriteSlot {
             }
             rx
         };
+        let since = std::time::Instant::now();
         match waiting.await {
-            Ok(guard) => guard,
+            Ok(guard) => {
+                // A writer holding the slot while it waits for something that needs the slot stalls
+                // every writer of the process; this line names the waiter when that happens.
+                let waited = since.elapsed();
+                if waited > SLOW_WAIT {
+                    tracing::warn!(?priority, waited_ms = waited.as_millis() as u64, "waited long for the SQLite write slot");
+                }
+                guard
+            }
             // The slot never drops a sender it holds without sending, so this cannot happen; taking
             // the slot anyway would break mutual exclusion, so wait for it again instead.
             Err(_) => Box::pin(self.acquire(priority)).await,

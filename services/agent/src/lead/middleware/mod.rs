@@ -1,7 +1,8 @@
 //! The built-in middlewares, one file each, in DeerFlow's order (DESIGN §5):
 //! ThreadData → Uploads → Sandbox → DanglingToolCall → Guardrail (when enabled) → ToolErrorHandling →
-//! SkillToolPolicy (when skills are on) → Summarization (when enabled) → Todo (plan mode) → Title → Memory (when enabled) → TokenBudget (with
-//! a budget) → LoopDetection → Clarification (always last).
+//! SkillToolPolicy (when skills are on) → Summarization (when enabled) → Todo (plan mode) → Title → Memory (when
+//! enabled) → SubagentLimit (when the run may delegate) → TokenBudget (with a budget) → LoopDetection →
+//! Clarification (always last).
 
 pub mod clarification;
 pub mod dangling_tool_call;
@@ -11,6 +12,7 @@ pub mod memory;
 pub mod sandbox;
 pub mod side_call;
 pub mod skill_policy;
+pub mod subagent_limit;
 pub mod summarization;
 pub mod thread_data;
 pub mod title;
@@ -24,15 +26,28 @@ use std::sync::Arc;
 use super::config::LeadConfig;
 use super::pipeline::Middleware;
 
+/// What decides a run's layers besides the configuration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunLayers {
+    pub plan_mode: bool,
+    pub clarification_disabled: bool,
+    /// The run's effective token budget (0: none).
+    pub token_budget: u64,
+    /// (max_concurrent, max_total) task calls when the run may delegate to subagents.
+    pub subagent_limit: Option<(u32, u32)>,
+    /// A subagent's child run: no Uploads (its input is the task), no Title (its thread is hidden),
+    /// no Memory (the lead agent's conversation is what is remembered).
+    pub subagent: bool,
+}
+
 /// The built-in layers a run gets under `config` (each built fresh: some keep per-run state).
-/// `token_budget` is the run's effective budget (0: none).
-pub fn defaults(config: &LeadConfig, plan_mode: bool, clarification_disabled: bool, token_budget: u64) -> Vec<Arc<dyn Middleware>> {
-    let mut layers: Vec<Arc<dyn Middleware>> = vec![
-        Arc::new(thread_data::ThreadData),
-        Arc::new(uploads::Uploads),
-        Arc::new(sandbox::SandboxMiddleware),
-        Arc::new(dangling_tool_call::DanglingToolCall),
-    ];
+pub fn defaults(config: &LeadConfig, run: RunLayers) -> Vec<Arc<dyn Middleware>> {
+    let RunLayers { plan_mode, clarification_disabled, token_budget, subagent_limit, subagent } = run;
+    let mut layers: Vec<Arc<dyn Middleware>> = vec![Arc::new(thread_data::ThreadData)];
+    if !subagent {
+        layers.push(Arc::new(uploads::Uploads));
+    }
+    layers.extend([Arc::new(sandbox::SandboxMiddleware) as Arc<dyn Middleware>, Arc::new(dangling_tool_call::DanglingToolCall)]);
     if config.guardrails.enabled {
         use super::guardrail::{AllowlistProvider, Chain, GuardrailProvider, WebhookProvider};
         let lists = AllowlistProvider { allowed: config.guardrails.allowed_tools.clone(), denied: config.guardrails.denied_tools.clone() };
@@ -59,11 +74,14 @@ pub fn defaults(config: &LeadConfig, plan_mode: bool, clarification_disabled: bo
     if plan_mode {
         layers.push(Arc::new(todo::TodoMiddleware::default()));
     }
-    if config.title.enabled {
+    if config.title.enabled && !subagent {
         layers.push(Arc::new(title::Title::new(config.title.clone())));
     }
-    if config.memory.enabled {
+    if config.memory.enabled && !subagent {
         layers.push(Arc::new(memory::MemoryMiddleware::new(config.memory.clone())));
+    }
+    if let Some((max_concurrent, max_total)) = subagent_limit {
+        layers.push(Arc::new(subagent_limit::SubagentLimit { max_concurrent, max_total }));
     }
     if token_budget > 0 {
         layers.push(Arc::new(token_budget::TokenBudget::new(token_budget, config.token_budget.warn_fraction)));

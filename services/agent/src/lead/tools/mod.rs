@@ -14,6 +14,7 @@ pub mod mcp;
 pub mod present_files;
 pub mod read_file;
 pub mod str_replace;
+pub mod task;
 pub mod tool_search;
 pub mod view_image;
 pub mod write_file;
@@ -80,6 +81,16 @@ pub trait Tool: Send + Sync {
         None
     }
     fn call<'a>(&'a self, env: &'a RunEnv, args: &'a Args) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+    /// [`call`](Self::call) for a tool that needs its call's id (`task`: the id names its child run).
+    fn call_for<'a>(
+        &'a self,
+        env: &'a RunEnv,
+        call: &'a antler_proto::common::ToolCall,
+        args: &'a Args,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        let _ = call;
+        self.call(env, args)
+    }
 }
 
 /// The tools of one agent, in the order the model sees them.
@@ -158,6 +169,11 @@ impl ToolSet {
             }
             self.tools.push(tool);
         }
+    }
+
+    /// Keeps only the tools `keep` accepts (a subagent's allowed tools).
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.tools.retain(|t| keep(t.name()));
     }
 
     /// Every tool's name, in order.

@@ -1,0 +1,221 @@
+//! Subagent spawn latency: how long after a lead agent's `task` call starts its child run is under
+//! way, as a client of the parent's stream sees it. Everything `antler up` runs (runs, models,
+//! sandbox) is in this process on 2 tokio workers with SQLite by default; zero-latency models (the
+//! `replay` provider) for the lead agent and the subagent; the client on its own runtime.
+//!
+//! Each run: the lead calls `write_todos` (the baseline: a no-op tool, TOOL_STARTED → TOOL_FINISHED),
+//! then `task` (a custom subagent type `quick` on its own replay model, which answers at once), then
+//! answers. Measured from the parent's TOOL_STARTED of `task`:
+//! - spawn → START: the child run admitted (one transaction: its thread, run row, first event),
+//!   started through `try_start`, and its START event durable in the parent's log;
+//! - spawn → first STEP: the child's agent built, its input written, one model call, its checkpoint,
+//!   and the assistant message relayed to the parent's log;
+//! - spawn → END: the child finalized and the parent's END event (with the result and usage) written.
+//!
+//! Run: `cargo bench -p antler --bench subagent_spawn`. Environment: `BENCH_RUNS` (default 200),
+//! `BENCH_DATABASE_URL` (a `postgres://` admin URL to measure PostgreSQL; a database is created and dropped).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use antler_kit::cli::ServiceContext;
+use antler_kit::{Authenticator, Clients, Config, ServiceSet};
+use antler_proto::common::{ContentPart, Message, Role, TextPart, content_part};
+use antler_proto::runs::run_event::Kind;
+use antler_proto::runs::run_service_client::RunServiceClient;
+use antler_proto::runs::{CreateRunRequest, RunConfig, RunStatus, StreamRunRequest, SubagentPhase};
+use anyhow::{Context, anyhow, bail};
+use tokio::sync::watch;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// The issue's goal for the p99 of spawn → first child event.
+const GOAL_P99_MS: f64 = 5.0;
+
+fn models_yaml() -> String {
+    "models:\n\
+     \x20 - name: zero\n    provider: replay\n    replay:\n      chunk_chars: 65536\n      after_last: cycle\n      turns:\n\
+     \x20         - tool_calls:\n              - {id: plan, name: write_todos, arguments: {todos: [{content: \"delegate\", status: in_progress}]}}\n            usage: {input_tokens: 100, output_tokens: 10}\n\
+     \x20         - tool_calls:\n              - {id: delegate, name: task, arguments: {description: \"quick task\", prompt: \"do it\", subagent_type: quick}}\n            usage: {input_tokens: 100, output_tokens: 10}\n\
+     \x20         - text: done\n            usage: {input_tokens: 100, output_tokens: 1}\n\
+     \x20 - name: child\n    provider: replay\n    replay:\n      chunk_chars: 65536\n      after_last: cycle\n      turns:\n\
+     \x20         - text: child done\n            usage: {input_tokens: 50, output_tokens: 5}\n"
+        .to_owned()
+}
+
+struct Server {
+    addr: std::net::SocketAddr,
+    shutdown: CancellationToken,
+    serving: tokio::task::JoinHandle<Result<(), antler_kit::server::ServeError>>,
+    _updates: watch::Sender<Arc<Config>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    async fn start(database_url: &str) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let yaml = format!(
+            "server:\n  listen: 127.0.0.1:0\n  data_dir: {data:?}\n  shutdown_grace_secs: 5\n  reload_interval_ms: 0\n  concurrency_limit: 100000\n\
+             runs:\n  agent: lead\n  drain_secs: 0\n  max_concurrent_runs: 1000\n  database:\n    url: {database_url:?}\n\
+             \x20 lead:\n    title:\n      enabled: false\n    subagents:\n      custom_agents:\n        quick:\n          description: Answers at once\n          model: child\n\
+             sandbox:\n  provider: local\n{models}",
+            data = dir.path().display().to_string(),
+            models = models_yaml(),
+        );
+        let config = Config::parse(&yaml, "subagent_spawn", &|_| None)?;
+        let auth = Authenticator::new(&config.server.auth)?;
+        let listener = antler_kit::server::bind(&config.server, &auth).await?;
+        let addr = listener.local_addr()?;
+        let clients = Clients::from_config(&config.clients, addr)?;
+        let shutdown = CancellationToken::new();
+        let config = Arc::new(config);
+        let (updates_tx, updates) = watch::channel(config.clone());
+        let ctx = ServiceContext {
+            config: config.clone(),
+            config_updates: updates,
+            clients,
+            shutdown: shutdown.clone(),
+            local_addr: addr,
+            auth: auth.clone(),
+        };
+        let mut set = ServiceSet::new(&config.server);
+        for service in [antler_runs::SERVICE, antler_models::SERVICE, antler_sandbox::SERVICE] {
+            (service.register)(&mut set, &ctx).await.map_err(|e| anyhow!("{} failed to start: {e}", service.name))?;
+        }
+        let server_config = config.server.clone();
+        let token = shutdown.clone();
+        let serving = tokio::spawn(async move { antler_kit::server::serve(listener, set, &server_config, auth, token).await });
+        Ok(Self { addr, shutdown, serving, _updates: updates_tx, _dir: dir })
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.serving.await?.map_err(|e| anyhow!("server: {e}"))
+    }
+}
+
+/// What one run showed the client, in milliseconds.
+#[derive(Debug, Default)]
+struct Observed {
+    baseline: f64,
+    start: f64,
+    first_step: f64,
+    end: f64,
+}
+
+async fn one_run(mut client: RunServiceClient<Channel>) -> anyhow::Result<Observed> {
+    let create = CreateRunRequest {
+        input: vec![Message {
+            role: Role::User as i32,
+            content: vec![ContentPart { part: Some(content_part::Part::Text(TextPart { text: "Delegate one task".to_owned() })) }],
+            ..Message::default()
+        }],
+        config: Some(RunConfig { plan_mode: true, subagents_enabled: true, ..Default::default() }),
+        ..CreateRunRequest::default()
+    };
+    let mut stream = client.stream_run(StreamRunRequest { create: Some(create) }).await?.into_inner();
+    let (mut todo_started, mut task_started) = (None, None);
+    let mut observed = Observed::default();
+    let mut status = RunStatus::Unspecified;
+    let ms = |from: Option<Instant>, now: Instant| from.map(|f| (now - f).as_secs_f64() * 1e3).unwrap_or(f64::NAN);
+    while let Some(item) = stream.next().await {
+        let Some(kind) = item?.event.and_then(|e| e.kind) else { continue };
+        let now = Instant::now();
+        match kind {
+            Kind::ToolStarted(t) if t.name == "write_todos" => todo_started = Some(now),
+            Kind::ToolStarted(t) if t.name == "task" => task_started = Some(now),
+            Kind::ToolFinished(t) if t.name == "write_todos" => observed.baseline = ms(todo_started, now),
+            Kind::Subagent(s) => match s.phase() {
+                SubagentPhase::Start => observed.start = ms(task_started, now),
+                SubagentPhase::Step if observed.first_step == 0.0 => observed.first_step = ms(task_started, now),
+                SubagentPhase::End => observed.end = ms(task_started, now),
+                _ => {}
+            },
+            Kind::End(end) => status = end.status(),
+            _ => {}
+        }
+    }
+    if status != RunStatus::Success {
+        bail!("a run ended {status:?}");
+    }
+    if observed.start.is_nan() || observed.start == 0.0 || observed.end == 0.0 {
+        bail!("a run showed no subagent events: {observed:?}");
+    }
+    Ok(observed)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn summary(name: &str, mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let p99 = percentile(&values, 0.99);
+    println!(
+        "  {name:<28} p50 {:>7.3} ms  p99 {:>7.3} ms  max {:>7.3} ms",
+        percentile(&values, 0.5),
+        p99,
+        values.last().copied().unwrap_or(f64::NAN)
+    );
+    p99
+}
+
+async fn database() -> anyhow::Result<(String, Option<(String, String)>)> {
+    let Ok(admin) = std::env::var("BENCH_DATABASE_URL") else { return Ok((String::new(), None)) };
+    let name = format!("antler_bench_spawn_{}", std::process::id());
+    let db = sea_orm::Database::connect(&admin).await?;
+    sea_orm::ConnectionTrait::execute_unprepared(&db, &format!("CREATE DATABASE {name}")).await?;
+    let base = admin.rsplit_once('/').map(|(base, _)| base.to_owned()).unwrap_or(admin.clone());
+    Ok((format!("{base}/{name}"), Some((admin, name))))
+}
+
+fn main() -> anyhow::Result<()> {
+    let runs: usize =
+        std::env::var("BENCH_RUNS").ok().map(|v| v.parse().context("BENCH_RUNS must be a number")).transpose()?.unwrap_or(200);
+    let services = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("bench-server").enable_all().build()?;
+    let client = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("bench-client").enable_all().build()?;
+    let (url, drop_after) = client.block_on(database())?;
+    let server = services.block_on(Server::start(&url))?;
+    let result = client.block_on(bench(runs, &url, server.addr));
+    services.block_on(server.stop())?;
+    if let Some((admin, name)) = drop_after {
+        client.block_on(async {
+            let db = sea_orm::Database::connect(&admin).await?;
+            sea_orm::ConnectionTrait::execute_unprepared(&db, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
+            anyhow::Ok(())
+        })?;
+    }
+    result
+}
+
+async fn bench(runs: usize, url: &str, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    let backend = if url.is_empty() { "SQLite" } else { "PostgreSQL" };
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await?;
+    let client = RunServiceClient::new(channel);
+    println!(
+        "subagent spawn latency: {backend}, in-process runs + models (replay, zero latency) + sandbox on 2 tokio workers, the client on its own runtime"
+    );
+    for _ in 0..3 {
+        one_run(client.clone()).await?;
+    }
+    let mut all = Vec::with_capacity(runs);
+    let started = Instant::now();
+    for _ in 0..runs {
+        all.push(one_run(client.clone()).await?);
+    }
+    println!("{runs} sequential runs (each: write_todos, one task, an answer) in {:.2} s", started.elapsed().as_secs_f64());
+    let baseline = summary("baseline: no-op tool", all.iter().map(|o| o.baseline).collect());
+    let start = summary("spawn -> child START", all.iter().map(|o| o.start).collect());
+    summary("spawn -> first child STEP", all.iter().map(|o| o.first_step).collect());
+    summary("spawn -> child END", all.iter().map(|o| o.end).collect());
+    println!(
+        "spawn -> first child event p99 {start:.3} ms ({:.1}x the no-op tool's p99), goal < {GOAL_P99_MS} ms: {}",
+        start / baseline,
+        if start < GOAL_P99_MS { "met" } else { "NOT met" }
+    );
+    Ok(())
+}
