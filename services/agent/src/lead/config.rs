@@ -171,13 +171,14 @@ pub struct MiddlewaresConfig {
 }
 
 /// Built-in layers that `middlewares.disabled` may name.
-pub const SWITCHABLE: [&str; 14] = [
+pub const SWITCHABLE: [&str; 15] = [
     "ThreadData",
     "Uploads",
     "Sandbox",
     "DanglingToolCall",
     "Guardrail",
     "ToolErrorHandling",
+    "SkillToolPolicy",
     "Summarization",
     "Todo",
     "Title",
