@@ -16,6 +16,7 @@ pub mod finalize;
 pub mod lease;
 pub mod resume;
 pub mod start;
+pub mod user_caps;
 
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{EndEvent, RunError, RunUsage};
