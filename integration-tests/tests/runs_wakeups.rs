@@ -29,7 +29,7 @@ fn slow_lease_config(db: &TestDb, extra: &str) -> String {
     config(db, extra).replace("  lease_secs: 3\n", "  lease_secs: 30\n").replace("  heartbeat_secs: 1\n", "  heartbeat_secs: 15\n")
 }
 
-fn start_with(db: &TestDb, yaml: String) -> Result<Process> {
+fn start_with(yaml: String) -> Result<Process> {
     start("antler-runs", Launch::default().config(yaml))
 }
 
@@ -100,8 +100,8 @@ fn paced(count: usize, gap_ms: u64) -> serde_json::Value {
 #[tokio::test]
 async fn a_client_on_one_replica_sees_events_written_on_the_other_at_once() -> Result<()> {
     let db = TestDb::new(Backend::Postgres).await?;
-    let a = start_with(&db, slow_lease_config(&db, NO_SAFETY_POLL))?;
-    let b = start_with(&db, slow_lease_config(&db, NO_SAFETY_POLL))?;
+    let a = start_with(slow_lease_config(&db, NO_SAFETY_POLL))?;
+    let b = start_with(slow_lease_config(&db, NO_SAFETY_POLL))?;
     let (mut runs_a, _) = clients(&a).await?;
     let (mut runs_b, _) = clients(&b).await?;
 
@@ -127,8 +127,8 @@ async fn a_client_on_one_replica_sees_events_written_on_the_other_at_once() -> R
 #[tokio::test]
 async fn a_cancel_through_the_other_replica_stops_the_run_within_a_second() -> Result<()> {
     let db = TestDb::new(Backend::Postgres).await?;
-    let a = start_with(&db, slow_lease_config(&db, NO_SAFETY_POLL))?;
-    let b = start_with(&db, slow_lease_config(&db, NO_SAFETY_POLL))?;
+    let a = start_with(slow_lease_config(&db, NO_SAFETY_POLL))?;
+    let b = start_with(slow_lease_config(&db, NO_SAFETY_POLL))?;
     let (mut runs_a, mut threads_a) = clients(&a).await?;
     let (mut runs_b, mut threads_b) = clients(&b).await?;
     for _ in 0..3 {
@@ -168,8 +168,8 @@ async fn listeners(admin: &sea_orm::DatabaseConnection) -> Result<Vec<i32>> {
 #[tokio::test]
 async fn a_killed_listener_connection_is_replaced_and_no_event_is_missed() -> Result<()> {
     let db = TestDb::new(Backend::Postgres).await?;
-    let a = start_with(&db, slow_lease_config(&db, NO_SAFETY_POLL))?;
-    let b = start_with(&db, slow_lease_config(&db, NO_SAFETY_POLL))?;
+    let a = start_with(slow_lease_config(&db, NO_SAFETY_POLL))?;
+    let b = start_with(slow_lease_config(&db, NO_SAFETY_POLL))?;
     let (mut runs_a, _) = clients(&a).await?;
     let (mut runs_b, _) = clients(&b).await?;
     let admin = db.connect().await?;
@@ -219,8 +219,8 @@ async fn a_thousand_idle_subscribers_cost_no_queries_between_safety_polls() -> R
     let db = TestDb::new(Backend::Postgres).await?;
     let extra = format!("  max_concurrent_runs: {RUNS}\n  max_streams_per_user: 5000\n  safety_poll_ms: 2000\n");
     let quiet = |yaml: String| yaml.replace("  sweep_interval_secs: 1\n", "  sweep_interval_secs: 10\n");
-    let a = start_with(&db, quiet(slow_lease_config(&db, &extra)))?;
-    let b = start_with(&db, with_metrics(&quiet(slow_lease_config(&db, &extra)), "[0.01, 0.1, 1]"))?;
+    let a = start_with(quiet(slow_lease_config(&db, &extra)))?;
+    let b = start_with(with_metrics(&quiet(slow_lease_config(&db, &extra)), "[0.01, 0.1, 1]"))?;
     let url = metrics_url(&b)?;
     let (mut runs_a, _) = clients(&a).await?;
     let (runs_b, _) = clients(&b).await?;
@@ -278,7 +278,7 @@ async fn a_thousand_idle_subscribers_cost_no_queries_between_safety_polls() -> R
 async fn one_replica_wakes_its_subscribers_and_waiters_without_polling() -> Result<()> {
     for backend in BACKENDS {
         let db = TestDb::new(backend).await?;
-        let server = start_with(&db, slow_lease_config(&db, NO_SAFETY_POLL))?;
+        let server = start_with(slow_lease_config(&db, NO_SAFETY_POLL))?;
         let (mut runs, mut threads) = clients(&server).await?;
 
         let run = create(&mut runs, paced(8, 150)).await?;
@@ -324,7 +324,7 @@ fn exhausted(result: Result<impl Sized, tonic::Status>, setting: &str) {
 async fn open_streams_are_limited_per_user_and_per_replica_but_not_for_the_services() -> Result<()> {
     for backend in BACKENDS {
         let db = TestDb::new(backend).await?;
-        let server = start_with(&db, config(&db, "  max_streams: 3\n  max_streams_per_user: 2\n"))?;
+        let server = start_with(config(&db, "  max_streams: 3\n  max_streams_per_user: 2\n"))?;
         let (mut runs, _) = clients(&server).await?;
         let run = create(&mut runs, json!([{"wait_cancel": true}])).await?;
         let join = |key: &str| {
@@ -378,7 +378,7 @@ async fn a_user_cannot_exceed_the_caps_on_active_and_pending_runs() -> Result<()
         // Active: the one running run and one waiting fill the cap of 2.
         let db = TestDb::new(backend).await?;
         let caps = "  max_concurrent_runs: 1\n  max_active_runs_per_user: 2\n  max_pending_runs_per_user: 100\n";
-        let server = start_with(&db, config(&db, caps))?;
+        let server = start_with(config(&db, caps))?;
         let (mut runs, _) = clients(&server).await?;
         hold_the_only_slot(&mut runs).await?;
         create(&mut runs, json!([{"say": "waits"}])).await?;
@@ -392,9 +392,12 @@ async fn a_user_cannot_exceed_the_caps_on_active_and_pending_runs() -> Result<()
         // Pending: two waiting fill the cap of 2, whatever the active cap.
         let db = TestDb::new(backend).await?;
         let caps = "  max_concurrent_runs: 1\n  max_active_runs_per_user: 100\n  max_pending_runs_per_user: 2\n";
-        let server = start_with(&db, config(&db, caps))?;
+        let server = start_with(config(&db, caps))?;
         let (mut runs, mut threads) = clients(&server).await?;
         hold_the_only_slot(&mut runs).await?;
+        // The counts are re-read every 250 ms and err high meanwhile: the blocker, now RUNNING, may
+        // still count as waiting until then.
+        tokio::time::sleep(Duration::from_millis(300)).await;
         create(&mut runs, json!([{"say": "one"}])).await?;
         create(&mut runs, json!([{"say": "two"}])).await?;
         exhausted(runs.create_run(authed(run_request("", json!([{"say": "x"}])), ALICE)).await, "runs.max_pending_runs_per_user");
@@ -410,8 +413,8 @@ async fn a_user_cannot_exceed_the_caps_on_active_and_pending_runs() -> Result<()
 async fn a_unary_call_without_a_deadline_gets_the_default_but_wait_run_is_exempt() -> Result<()> {
     let db = TestDb::new(Backend::Postgres).await?;
     let deadline = |yaml: String| yaml.replacen("server:\n", "server:\n  default_deadline_secs: 1\n", 1);
-    let mut a = start_with(&db, deadline(slow_lease_config(&db, NO_SAFETY_POLL)))?;
-    let b = start_with(&db, deadline(slow_lease_config(&db, NO_SAFETY_POLL)))?;
+    let mut a = start_with(deadline(slow_lease_config(&db, NO_SAFETY_POLL)))?;
+    let b = start_with(deadline(slow_lease_config(&db, NO_SAFETY_POLL)))?;
     let (mut runs_a, _) = clients(&a).await?;
     let (mut runs_b, _) = clients(&b).await?;
     let run = create(&mut runs_a, json!([{"wait_cancel": true}])).await?;
