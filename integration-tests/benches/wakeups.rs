@@ -115,10 +115,8 @@ async fn latency(a: &Process, b: &Process) -> Result<()> {
     let mut followers = Vec::new();
     for _ in 0..runs {
         let run = runs_a.create_run(authed(run_request("", json!(steps.clone())), ALICE)).await?.into_inner().run.unwrap_or_default();
-        followers.push((
-            tokio::spawn(follow(runs_a.clone(), run.run_id.clone())),
-            tokio::spawn(follow(runs_b.clone(), run.run_id.clone())),
-        ));
+        followers
+            .push((tokio::spawn(follow(runs_a.clone(), run.run_id.clone())), tokio::spawn(follow(runs_b.clone(), run.run_id.clone()))));
     }
     let (mut on_a, mut on_b, mut a_to_b) = (Vec::new(), Vec::new(), Vec::new());
     for (from_a, from_b) in followers {
@@ -127,7 +125,10 @@ async fn latency(a: &Process, b: &Process) -> Result<()> {
             on_b.push((wall - written) as f64);
             if let Some((_, received_a, _, wall_a)) = from_a.get(&seq) {
                 on_a.push((wall_a - written) as f64);
-                a_to_b.push(received.saturating_duration_since(*received_a).as_secs_f64() * 1e6 - received_a.saturating_duration_since(received).as_secs_f64() * 1e6);
+                a_to_b.push(
+                    received.saturating_duration_since(*received_a).as_secs_f64() * 1e6
+                        - received_a.saturating_duration_since(received).as_secs_f64() * 1e6,
+                );
             }
         }
     }
@@ -168,7 +169,15 @@ async fn idle(db: &TestDb, a: &Process, b: &Process) -> Result<()> {
     let admin = db.connect().await?;
     let mut ids = Vec::new();
     for _ in 0..subscribers.div_ceil(per_run) {
-        ids.push(runs_a.create_run(authed(run_request("", json!([{"wait_cancel": true}])), ALICE)).await?.into_inner().run.unwrap_or_default().run_id);
+        ids.push(
+            runs_a
+                .create_run(authed(run_request("", json!([{"wait_cancel": true}])), ALICE))
+                .await?
+                .into_inner()
+                .run
+                .unwrap_or_default()
+                .run_id,
+        );
     }
     for id in &ids {
         wait_run(&mut runs_a, ALICE, id, Duration::from_secs(60), |r| r.status() == RunStatus::Running).await?;
@@ -179,7 +188,8 @@ async fn idle(db: &TestDb, a: &Process, b: &Process) -> Result<()> {
     let mut streams = Vec::new();
     for i in 0..subscribers {
         let mut runs = runs_b.clone();
-        let request = JoinRunRequest { run_id: ids[i / per_run].clone(), on_disconnect: OnDisconnect::Continue as i32, ..Default::default() };
+        let request =
+            JoinRunRequest { run_id: ids[i / per_run].clone(), on_disconnect: OnDisconnect::Continue as i32, ..Default::default() };
         streams.push(runs.join_run(authed(request, ALICE)).await?.into_inner());
     }
     tokio::time::sleep(Duration::from_secs(2)).await;

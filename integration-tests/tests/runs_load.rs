@@ -179,7 +179,10 @@ async fn a_thousand_runs_on_open_model_streams_are_all_cancelled() -> anyhow::Re
     // the first runs finished before their cancel).
     let double = LlmDouble::start_with(vec![Turn::text(&"slow ".repeat(3000)).slow(2000)], AfterLast::Repeat, Select::ByHistory).await?;
     let db = TestDb::new(Backend::Sqlite).await?;
-    let extra = format!("  max_concurrent_runs: {}\n  max_pending_runs: 0\n  max_active_runs_per_user: 0\n  max_pending_runs_per_user: 0\n", HELD + 8);
+    let extra = format!(
+        "  max_concurrent_runs: {}\n  max_pending_runs: 0\n  max_active_runs_per_user: 0\n  max_pending_runs_per_user: 0\n",
+        HELD + 8
+    );
     // A 30 s lease, not the tests' 3 s: with the rest of the suite running beside it on 2 cores, renewing
     // 1,000 leases every second fell behind, runs were taken over until their attempts ran out (ERROR),
     // and this test is about cancels, not takeovers.

@@ -342,7 +342,8 @@ async fn open_streams_are_limited_per_user_and_per_replica_but_not_for_the_servi
         assert_eq!(before, after, "{backend:?}: a refused StreamRun left a run behind");
 
         // Bob's first stream takes the replica's last room; his second meets the replica's limit.
-        let bob_run = runs.create_run(authed(run_request("", json!([{"wait_cancel": true}])), BOB)).await?.into_inner().run.unwrap_or_default();
+        let bob_run =
+            runs.create_run(authed(run_request("", json!([{"wait_cancel": true}])), BOB)).await?.into_inner().run.unwrap_or_default();
         let bob_join = |run_id: &str| {
             authed(JoinRunRequest { run_id: run_id.to_owned(), on_disconnect: OnDisconnect::Continue as i32, ..Default::default() }, BOB)
         };

@@ -35,7 +35,8 @@ use crate::store::entity::runs;
 #[derive(Debug, Clone)]
 pub enum Live {
     /// An event committed by this replica, in seq order (a watcher that sees a gap reads the store).
-    Event(RunEvent),
+    /// Shared: every watcher's copy of the broadcast is a reference count, not the event.
+    Event(Arc<RunEvent>),
     /// The store holds the run's events up to `seq`: written by another replica (a notification) or
     /// found by the safety poll. `end`: the run has ended (its END is stored) or is gone. `status`,
     /// when known (safety poll), is the run's current status.
@@ -80,7 +81,7 @@ impl EventHub {
         for event in events {
             if let Some(channel) = channels.get_mut(&event.run_id) {
                 channel.known = channel.known.max(event.seq);
-                let _ = channel.sender.send(Live::Event(event.clone()));
+                let _ = channel.sender.send(Live::Event(Arc::new(event.clone())));
                 // The run's channel closes with its END: a watcher whose END was filtered out of what
                 // it reads (or lay before its after_seq) learns the run is over from the closing.
                 if matches!(event.kind, Some(Kind::End(_))) || channel.sender.receiver_count() == 0 {

@@ -265,7 +265,7 @@ pub async fn follow(store: Store, hub: Arc<EventHub>, sub: Subscription, out: mp
                 wake = live.next() => match wake {
                     Wake::Live(Live::Event(event)) if event.seq <= cursor.last => {}
                     Wake::Live(Live::Event(event)) if event.seq == cursor.last + 1 => {
-                        if cursor.deliver(&sub, event, &out).await? {
+                        if cursor.deliver(&sub, Arc::unwrap_or_clone(event), &out).await? {
                             return Ok(true);
                         }
                     }
@@ -396,11 +396,7 @@ impl Cursor {
         Ok(Some(self.status))
     }
 
-    async fn heartbeat(
-        &mut self,
-        sub: &Subscription,
-        out: &mpsc::Sender<Result<RunEvent, tonic::Status>>,
-    ) -> Result<(), Stop> {
+    async fn heartbeat(&mut self, sub: &Subscription, out: &mpsc::Sender<Result<RunEvent, tonic::Status>>) -> Result<(), Stop> {
         let event = RunEvent {
             run_id: sub.run_id.clone(),
             seq: 0,
