@@ -115,7 +115,7 @@ async fn the_sqlite_wal_stays_bounded_under_load_and_empties_when_idle_and_at_sh
     const MAX_MIB: u64 = 64;
     let db = TestDb::new(Backend::Sqlite).await?;
     let wal = wal_of(&db);
-    let mut server = start_runs(&db, "  max_pending_runs: 0\n")?;
+    let mut server = start_runs(&db, "  max_pending_runs: 0\n  max_active_runs_per_user: 0\n  max_pending_runs_per_user: 0\n")?;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..32 {
@@ -179,7 +179,10 @@ async fn a_thousand_runs_on_open_model_streams_are_all_cancelled() -> anyhow::Re
     // the first runs finished before their cancel).
     let double = LlmDouble::start_with(vec![Turn::text(&"slow ".repeat(3000)).slow(2000)], AfterLast::Repeat, Select::ByHistory).await?;
     let db = TestDb::new(Backend::Sqlite).await?;
-    let extra = format!("  max_concurrent_runs: {}\n  max_pending_runs: 0\n", HELD + 8);
+    let extra = format!(
+        "  max_concurrent_runs: {}\n  max_pending_runs: 0\n  max_active_runs_per_user: 0\n  max_pending_runs_per_user: 0\n",
+        HELD + 8
+    );
     // A 30 s lease, not the tests' 3 s: with the rest of the suite running beside it on 2 cores, renewing
     // 1,000 leases every second fell behind, runs were taken over until their attempts ran out (ERROR),
     // and this test is about cancels, not takeovers.

@@ -179,7 +179,7 @@ impl Server {
         let db = BenchDb::new(backend).await?;
         let yaml = format!(
             "server:\n  listen: 127.0.0.1:0\n  data_dir: {dir:?}\n  shutdown_grace_secs: 5\n  reload_interval_ms: 0\n\
-             runs:\n  agent: script\n  drain_secs: 0\n  database:\n    url: {url:?}\n{runs_yaml}",
+             runs:\n  agent: script\n  drain_secs: 0\n  max_active_runs_per_user: 0\n  max_pending_runs_per_user: 0\n  max_streams_per_user: 100000\n  database:\n    url: {url:?}\n{runs_yaml}",
             dir = db.dir.path().display().to_string(),
             url = db.url,
         );

@@ -48,6 +48,18 @@ pub struct RunsConfig {
     /// PENDING runs (all replicas together) beyond which CreateRun answers RESOURCE_EXHAUSTED with
     /// retry-after instead of queueing without bound; 0 = no limit.
     pub max_pending_runs: u64,
+    /// Runs of one user that have not ended (PENDING, RUNNING, FINALIZING) beyond which CreateRun
+    /// answers RESOURCE_EXHAUSTED naming this setting; 0 = no limit.
+    pub max_active_runs_per_user: u64,
+    /// PENDING runs of one user beyond which CreateRun answers RESOURCE_EXHAUSTED naming this
+    /// setting; 0 = no limit.
+    pub max_pending_runs_per_user: u64,
+    /// Event streams (StreamRun, JoinRun, and the LangGraph edge's SSE streams) open at once on this
+    /// replica; one more answers RESOURCE_EXHAUSTED naming this setting. Calls of the services
+    /// themselves (in-process, service principals) do not count.
+    pub max_streams: u64,
+    /// Event streams of one user open at once on this replica (RESOURCE_EXHAUSTED beyond).
+    pub max_streams_per_user: u64,
     /// Messages in one CreateRun input.
     pub max_input_messages: u32,
     /// Size of CreateRun metadata (as JSON), in bytes.
@@ -61,6 +73,10 @@ pub struct RunsConfig {
     pub context_keys: Vec<String>,
     /// Live events buffered per run for subscribers; a subscriber further behind re-reads the store.
     pub event_buffer: u32,
+    /// The fallback of wake-ups (see `crate::notify`), in milliseconds: this often the replica reads
+    /// the progress of every run its subscribers and waiters watch, in one query, and wakes those a
+    /// notification missed. Live events, waits and cross-replica cancels do not wait for it.
+    pub safety_poll_ms: u64,
     /// A checkpoint is stored as what changed since its parent, and as a full snapshot when its
     /// parent is this many deltas from its own snapshot: a read replays at most this many deltas.
     /// 1 stores every checkpoint whole (the storage of before compact checkpoints).
@@ -100,11 +116,16 @@ impl Default for RunsConfig {
             heartbeat_secs: 15,
             max_queued_per_thread: 10,
             max_pending_runs: 10_000,
+            max_active_runs_per_user: 2_000,
+            max_pending_runs_per_user: 1_000,
+            max_streams: 10_000,
+            max_streams_per_user: 100,
             max_input_messages: 100,
             max_metadata_bytes: 16 * 1024,
             max_request_bytes: 4 * 1024 * 1024,
             context_keys: DEFAULT_CONTEXT_KEYS.iter().map(|k| (*k).to_owned()).collect(),
             event_buffer: 1024,
+            safety_poll_ms: 5_000,
             checkpoint_snapshot_every: 32,
             checkpoint_blob_min_bytes: 4096,
             state_max_message_bytes: 8 * 1024 * 1024,
@@ -195,6 +216,10 @@ impl RunsConfig {
         check_range("runs.heartbeat_secs", self.heartbeat_secs, 1, 3600)?;
         check_range("runs.max_queued_per_thread", self.max_queued_per_thread.into(), 0, 10_000)?;
         check_range("runs.max_pending_runs", self.max_pending_runs, 0, 100_000_000)?;
+        check_range("runs.max_active_runs_per_user", self.max_active_runs_per_user, 0, 100_000_000)?;
+        check_range("runs.max_pending_runs_per_user", self.max_pending_runs_per_user, 0, 100_000_000)?;
+        check_range("runs.max_streams", self.max_streams, 1, 10_000_000)?;
+        check_range("runs.max_streams_per_user", self.max_streams_per_user, 1, 10_000_000)?;
         check_range("runs.max_input_messages", self.max_input_messages.into(), 1, 100_000)?;
         check_range("runs.max_metadata_bytes", self.max_metadata_bytes.into(), 256, 16 * 1024 * 1024)?;
         check_range("runs.max_request_bytes", self.max_request_bytes.into(), 4096, 1 << 30)?;
@@ -214,6 +239,7 @@ impl RunsConfig {
             });
         }
         check_range("runs.event_buffer", self.event_buffer.into(), 16, 1_000_000)?;
+        check_range("runs.safety_poll_ms", self.safety_poll_ms, 100, 3_600_000)?;
         self.lead.validate()?;
         self.langgraph_api.validate()?;
         Ok(())

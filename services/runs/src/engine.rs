@@ -81,6 +81,11 @@ pub struct Engine {
     pub secrets: crate::secrets::Vault,
     /// The estimate of PENDING runs that `runs.max_pending_runs` is checked against.
     pub backlog: crate::lifecycle::backlog::Backlog,
+    /// Per-user run counts that `runs.max_active_runs_per_user` / `max_pending_runs_per_user` are
+    /// checked against.
+    pub user_runs: crate::lifecycle::user_caps::UserRuns,
+    /// Open event streams (`runs.max_streams`, `runs.max_streams_per_user`).
+    pub streams: crate::stream_limits::StreamLimits,
     /// The last takeover pass left expired runs for lack of free slots (see `lease::take_over`).
     pub takeovers_waiting: std::sync::atomic::AtomicBool,
     /// Dead replicas (no heartbeat) that own PENDING runs, as of the last sweep: the dispatcher

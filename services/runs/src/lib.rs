@@ -14,12 +14,14 @@ pub mod error;
 pub mod host;
 pub mod langgraph;
 pub mod lifecycle;
+pub mod notify;
 pub mod paging;
 pub mod script;
 pub mod secrets;
 pub mod status;
 pub mod store;
 pub mod stream;
+pub mod stream_limits;
 pub mod subagent;
 pub mod threads;
 pub mod time;
@@ -72,11 +74,14 @@ pub async fn mount(
         constructed: AtomicU64::new(0),
         secrets: Default::default(),
         backlog: Default::default(),
+        user_runs: Default::default(),
+        streams: stream_limits::StreamLimits::new(config.max_streams, config.max_streams_per_user),
         takeovers_waiting: Default::default(),
         dead_owners: Default::default(),
         config,
     });
     tokio::spawn(lifecycle::admitter::run(engine.clone(), admissions).instrument(tracing::info_span!("admitter")));
+    notify::spawn(engine.clone());
     worker::spawn(engine.clone()).await;
     let drain = engine.clone();
     set.on_drain(async move {
@@ -94,6 +99,9 @@ pub async fn mount(
     }
     antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(threads));
     antler_kit::add_service!(set, run_service_server::RunServiceServer::new(runs));
+    // A wait as long as the run (bounded by runs.max_run_duration_secs), not cut by the server's
+    // default deadline for calls that set none.
+    set.without_default_deadline("/antler.runs.v1.RunService/WaitRun");
     Ok(engine)
 }
 

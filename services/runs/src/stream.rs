@@ -4,12 +4,11 @@
 //!
 //! Seam rule: a subscriber registers for live events *before* it replays, remembers the last `seq`
 //! it delivered, drops live events at or below it, and re-reads the store whenever a live event skips
-//! ahead (it lagged, or the event was appended by another replica). The store is the truth; the live
-//! channel is only a wake-up. A bounded channel per run means a slow subscriber never blocks the run:
+//! ahead (it lagged, or the event was appended by another replica: see `crate::notify` for the
+//! wake-ups). The store is the truth; the live channel is only a wake-up. A bounded channel per run means a slow subscriber never blocks the run:
 //! it lags and catches up from the store.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use antler_proto::runs::run_event::Kind;
@@ -17,16 +16,15 @@ use antler_proto::runs::{EventKind, Heartbeat, RunEvent, RunStatus};
 use prost::Message;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
+
+use crate::notify::{Live, Wake};
 
 use crate::error::RunsError;
 use crate::store::entity::{run_events, runs};
 use crate::store::{Store, now_ms};
 use crate::time::to_timestamp;
 
-/// How often a subscriber re-reads the store even without a live wake-up (events appended by
-/// another replica arrive this way).
-const POLL: Duration = Duration::from_millis(500);
 /// Events read from the store per query while replaying.
 const REPLAY_PAGE: u64 = 500;
 
@@ -238,43 +236,7 @@ pub async fn read_after(store: &Store, run_id: &str, after_seq: u64, kinds: &[i3
         .collect()
 }
 
-/// Live fan-out of committed events to subscribers in this process.
-#[derive(Debug)]
-pub struct EventHub {
-    channels: Mutex<HashMap<String, broadcast::Sender<RunEvent>>>,
-    capacity: usize,
-}
-
-impl EventHub {
-    pub fn new(capacity: usize) -> Self {
-        Self { channels: Mutex::new(HashMap::new()), capacity }
-    }
-
-    /// Delivers committed events to live subscribers (call after the transaction commits).
-    pub fn publish(&self, events: &[RunEvent]) {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        for event in events {
-            if let Some(sender) = channels.get(&event.run_id) {
-                let _ = sender.send(event.clone());
-                if matches!(event.kind, Some(Kind::End(_))) || sender.receiver_count() == 0 {
-                    channels.remove(&event.run_id);
-                }
-            }
-        }
-    }
-
-    fn subscribe(&self, run_id: &str) -> broadcast::Receiver<RunEvent> {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        channels.entry(run_id.to_owned()).or_insert_with(|| broadcast::channel(self.capacity).0).subscribe()
-    }
-
-    fn release(&self, run_id: &str) {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if channels.get(run_id).is_some_and(|s| s.receiver_count() == 0) {
-            channels.remove(run_id);
-        }
-    }
-}
+pub use crate::notify::EventHub;
 
 /// What a subscription delivers.
 #[derive(Debug, Clone)]
@@ -295,56 +257,62 @@ fn wanted(kinds: &[i32], event: &RunEvent) -> bool {
 }
 
 /// Streams a run's events into `out` until its END event, or until `out` is closed (client gone).
-/// Returns whether END was delivered.
+/// Returns whether END was delivered. Woken by the hub (events committed here, notifications of
+/// other replicas' writes, the safety poll); it reads the store only when woken by something it has
+/// not got, never on a timer.
 pub async fn follow(store: Store, hub: Arc<EventHub>, sub: Subscription, out: mpsc::Sender<Result<RunEvent, tonic::Status>>) -> bool {
-    let mut live = hub.subscribe(&sub.run_id);
+    let mut live = hub.watch(&sub.run_id);
     metrics::gauge!("antler_runs_stream_subscribers").increment(1.0);
-    let mut cursor = Cursor { last: sub.after_seq, last_sent: Instant::now() };
+    let mut cursor = Cursor { last: sub.after_seq, last_sent: Instant::now(), status: RunStatus::Unspecified };
     let outcome = async {
         if cursor.catch_up(&store, &sub, &out).await? || cursor.past_the_end(&store, &sub).await?.is_none() {
             return Ok::<bool, Stop>(true);
         }
         loop {
+            let heartbeat = tokio::time::Instant::from_std(cursor.last_sent + sub.heartbeat);
             tokio::select! {
-                received = live.recv() => match received {
-                    Ok(event) if event.seq <= cursor.last => {}
-                    Ok(event) if event.seq == cursor.last + 1 => {
-                        if cursor.deliver(&sub, event, &out).await? {
+                wake = live.next() => match wake {
+                    Wake::Live(Live::Event(event)) if event.seq <= cursor.last => {}
+                    Wake::Live(Live::Event(event)) if event.seq == cursor.last + 1 => {
+                        if cursor.deliver(&sub, Arc::unwrap_or_clone(event), &out).await? {
                             return Ok(true);
                         }
                     }
-                    // Skipped ahead, lagged or closed: the store has everything in order.
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    Wake::Live(Live::Stored { seq, end, status }) => {
+                        if let Some(status) = status {
+                            cursor.status = status;
+                        }
+                        if seq > cursor.last && cursor.catch_up(&store, &sub, &out).await? {
+                            return Ok(true);
+                        }
+                        // The END lay at or before after_seq, was filtered out, or the run is gone.
+                        if end && cursor.past_the_end(&store, &sub).await?.is_none() {
+                            return Ok(true);
+                        }
+                    }
+                    // Skipped ahead or lagged: the store has everything in order.
+                    Wake::Live(Live::Event(_)) | Wake::Lagged => {
                         if cursor.catch_up(&store, &sub, &out).await? {
                             return Ok(true);
                         }
                     }
-                    // The run's channel closes when its END is published: if the END was filtered
-                    // out of what this subscriber reads, or lay at or before its after_seq, the
-                    // stream ends here too.
-                    Err(broadcast::error::RecvError::Closed) => {
-                        live = hub.subscribe(&sub.run_id);
+                    // Missed notifications, or the run's channel closed with its END: if the END
+                    // was filtered out of what this subscriber reads, or lay at or before its
+                    // after_seq, the stream ends here too.
+                    Wake::Live(Live::Resync) | Wake::Closed => {
                         if cursor.catch_up(&store, &sub, &out).await? || cursor.past_the_end(&store, &sub).await?.is_none() {
                             return Ok(true);
                         }
                     }
                 },
-                () = tokio::time::sleep(POLL) => {
-                    if cursor.catch_up(&store, &sub, &out).await? {
-                        return Ok(true);
-                    }
-                    let Some(status) = cursor.past_the_end(&store, &sub).await? else { return Ok(true) };
-                    if cursor.last_sent.elapsed() >= sub.heartbeat {
-                        cursor.heartbeat(&sub, status, &out).await?;
-                    }
-                }
+                // Heartbeats report what this subscriber knows; they cost no query.
+                () = tokio::time::sleep_until(heartbeat) => cursor.heartbeat(&sub, &out).await?,
                 () = out.closed() => return Err(Stop::ClientGone),
             }
         }
     }
     .await;
     drop(live);
-    hub.release(&sub.run_id);
     metrics::gauge!("antler_runs_stream_subscribers").decrement(1.0);
     match outcome {
         Ok(ended) => ended,
@@ -364,6 +332,9 @@ enum Stop {
 struct Cursor {
     last: u64,
     last_sent: Instant,
+    /// The run's status as far as this subscriber knows (for heartbeats): read when it joins,
+    /// followed through the events it sees and the safety poll.
+    status: RunStatus,
 }
 
 impl Cursor {
@@ -398,6 +369,15 @@ impl Cursor {
     ) -> Result<bool, Stop> {
         self.last = event.seq;
         let end = matches!(event.kind, Some(Kind::End(_)));
+        self.status = match &event.kind {
+            Some(Kind::End(end)) => end.status(),
+            Some(Kind::Delivery(_)) => RunStatus::Finalizing,
+            // Admission writes the first METADATA of a PENDING run; a takeover writes one too.
+            Some(Kind::Metadata(_) | Kind::Heartbeat(_)) | None => self.status,
+            // Only the worker that owns the run writes the rest.
+            Some(_) if self.status == RunStatus::Finalizing => self.status,
+            Some(_) => RunStatus::Running,
+        };
         if wanted(&sub.kinds, &event) {
             out.send(Ok(event)).await.map_err(|_| Stop::ClientGone)?;
             self.last_sent = Instant::now();
@@ -408,7 +388,7 @@ impl Cursor {
     /// The run's status, or None when there is nothing more for this subscriber: the run is terminal
     /// and its last event is at or before the cursor (a client that joined at or past the END, whose
     /// END was delivered already, or whose run is gone).
-    async fn past_the_end(&self, store: &Store, sub: &Subscription) -> Result<Option<RunStatus>, Stop> {
+    async fn past_the_end(&mut self, store: &Store, sub: &Subscription) -> Result<Option<RunStatus>, Stop> {
         let row = runs::Entity::find_by_id(sub.run_id.clone())
             .select_only()
             .column(runs::Column::Status)
@@ -421,22 +401,18 @@ impl Cursor {
         if crate::status::is_terminal(&status) && u64::try_from(last_seq).unwrap_or(0) <= self.last {
             return Ok(None);
         }
-        Ok(Some(crate::status::status_from_str(&status)))
+        self.status = crate::status::status_from_str(&status);
+        Ok(Some(self.status))
     }
 
-    async fn heartbeat(
-        &mut self,
-        sub: &Subscription,
-        status: RunStatus,
-        out: &mpsc::Sender<Result<RunEvent, tonic::Status>>,
-    ) -> Result<(), Stop> {
+    async fn heartbeat(&mut self, sub: &Subscription, out: &mpsc::Sender<Result<RunEvent, tonic::Status>>) -> Result<(), Stop> {
         let event = RunEvent {
             run_id: sub.run_id.clone(),
             seq: 0,
             time: Some(to_timestamp(now_ms())),
             thread_id: sub.thread_id.clone(),
             task_id: String::new(),
-            kind: Some(Kind::Heartbeat(Heartbeat { last_seq: self.last, status: status as i32 })),
+            kind: Some(Kind::Heartbeat(Heartbeat { last_seq: self.last, status: self.status as i32 })),
         };
         out.send(Ok(event)).await.map_err(|_| Stop::ClientGone)?;
         self.last_sent = Instant::now();

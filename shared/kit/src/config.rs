@@ -66,6 +66,11 @@ pub struct ServerConfig {
     pub internal_concurrency_limit: usize,
     /// Upper bound on a unary request's handling time in seconds (0 = only the client's deadline).
     pub request_timeout_secs: u64,
+    /// The deadline of a client call that carries none (no `grpc-timeout`), in seconds: past it the
+    /// call answers DEADLINE_EXCEEDED naming this setting (0 = none). Bounds the time to the
+    /// response head, so streams, once started, are not cut; calls between the services and the
+    /// methods a service declares as waits (WaitRun) are exempt. See `deadline.rs`.
+    pub default_deadline_secs: u64,
     /// How long a SIGTERM waits for open requests and streams before the process exits anyway.
     pub shutdown_grace_secs: u64,
     /// How often the config file is checked for changes, in milliseconds (0 = never).
@@ -97,6 +102,7 @@ impl Default for ServerConfig {
             concurrency_limit: 1024,
             internal_concurrency_limit: 16384,
             request_timeout_secs: 0,
+            default_deadline_secs: 300,
             shutdown_grace_secs: 30,
             reload_interval_ms: 2000,
             auth: AuthConfig::default(),
@@ -440,6 +446,7 @@ impl Config {
         check_range("server.concurrency_limit", s.concurrency_limit as u64, 1, 1_000_000)?;
         check_range("server.internal_concurrency_limit", s.internal_concurrency_limit as u64, 1, 1_000_000)?;
         check_range("server.request_timeout_secs", s.request_timeout_secs, 0, 86_400)?;
+        check_range("server.default_deadline_secs", s.default_deadline_secs, 0, 86_400)?;
         check_range("server.shutdown_grace_secs", s.shutdown_grace_secs, 0, 3_600)?;
         check_range("server.reload_interval_ms", s.reload_interval_ms, 0, 3_600_000)?;
         s.auth.validate("server.auth")?;

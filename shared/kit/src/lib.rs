@@ -7,6 +7,7 @@ pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod deadline;
 pub mod input_keys;
 pub mod json;
 pub mod limit;

@@ -43,16 +43,22 @@ pub fn internal_mark() -> &'static str {
 }
 
 /// Whether a request is a call between Antler services (see the module documentation).
-fn is_internal<B>(request: &Request<B>) -> bool {
-    let marked = request.headers().get(INTERNAL_HEADER).is_some_and(|v| {
+pub fn is_internal_request<B>(request: &Request<B>) -> bool {
+    internal(request.headers().get(INTERNAL_HEADER).map(|v| v.as_bytes()), request.extensions())
+}
+
+/// [`is_internal_request`] for a request inside a handler: limits a service applies itself (open streams, for
+/// instance) must not count the services' own calls either.
+pub fn is_internal_call<T>(request: &tonic::Request<T>) -> bool {
+    internal(request.metadata().get(INTERNAL_HEADER).map(|v| v.as_bytes()), request.extensions())
+}
+
+fn internal(mark: Option<&[u8]>, extensions: &http::Extensions) -> bool {
+    let marked = mark.is_some_and(|v| {
         use subtle::ConstantTimeEq;
-        v.as_bytes().ct_eq(internal_mark().as_bytes()).into()
+        v.ct_eq(internal_mark().as_bytes()).into()
     });
-    marked
-        || request
-            .extensions()
-            .get::<crate::auth::Identity>()
-            .is_some_and(|i| matches!(i.principal, crate::auth::Principal::Service { .. }))
+    marked || extensions.get::<crate::auth::Identity>().is_some_and(|i| matches!(i.principal, crate::auth::Principal::Service { .. }))
 }
 
 /// One budget of requests in flight.
@@ -131,7 +137,7 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let (budget, kind) = if is_internal(&request) { (&self.internal, "internal") } else { (&self.clients, "client") };
+        let (budget, kind) = if is_internal_request(&request) { (&self.internal, "internal") } else { (&self.clients, "client") };
         match budget.permits.clone().try_acquire_owned() {
             Ok(permit) => Either::Right(PermitFuture { inner: self.inner.call(request), permit }),
             Err(_) => {

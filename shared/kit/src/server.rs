@@ -6,7 +6,7 @@
 //!
 //! Layer order, outermost first: redaction of status messages (so no layer's refusal can carry a
 //! secret out), trace (so refusals are logged inside the request's span), auth,
-//! concurrency limit, message-size status mapping, then the routes. Health answers NOT_SERVING until the listener accepts and again
+//! concurrency limit, the default deadline, message-size status mapping, then the routes. Health answers NOT_SERVING until the listener accepts and again
 //! from the moment shutdown starts; draining then waits up to `server.shutdown_grace_secs` for open
 //! requests and streams before the process exits.
 
@@ -24,6 +24,7 @@ use tower::ServiceBuilder;
 
 use crate::auth::{AuthLayer, Authenticator};
 use crate::config::ServerConfig;
+use crate::deadline::DeadlineLayer;
 use crate::limit::ConcurrencyLayer;
 use crate::message_size::MessageSizeLayer;
 use crate::redact::RedactLayer;
@@ -83,6 +84,8 @@ pub struct ServiceSet {
     descriptors: Vec<&'static [u8]>,
     max_message_bytes: usize,
     drains: Vec<futures::future::BoxFuture<'static, ()>>,
+    /// Methods exempt from `server.default_deadline_secs` (see [`crate::deadline`]).
+    waits: Vec<&'static str>,
 }
 
 impl std::fmt::Debug for ServiceSet {
@@ -99,6 +102,7 @@ impl ServiceSet {
             descriptors: Vec::new(),
             max_message_bytes: config.max_message_bytes,
             drains: Vec::new(),
+            waits: Vec::new(),
         }
     }
 
@@ -130,6 +134,13 @@ impl ServiceSet {
             self.names.push(S::NAME);
             self.routes.add_service(service);
         }
+        self
+    }
+
+    /// Declares `path` (`/package.Service/Method`) a wait whose length the service bounds itself, exempt
+    /// from `server.default_deadline_secs` (see [`crate::deadline`]).
+    pub fn without_default_deadline(&mut self, path: &'static str) -> &mut Self {
+        self.waits.push(path);
         self
     }
 
@@ -200,7 +211,7 @@ pub async fn serve_with_tls(
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
-    let ServiceSet { mut routes, names, drains, .. } = services;
+    let ServiceSet { mut routes, names, drains, waits, .. } = services;
     // Stops the health-only listener when this function returns, not at the signal: during the
     // drain it keeps answering NOT_SERVING, as the main listener does.
     let health_only = CancellationToken::new();
@@ -223,6 +234,7 @@ pub async fn serve_with_tls(
         .layer(TraceLayer)
         .layer(AuthLayer::new(auth))
         .layer(ConcurrencyLayer::new(config.concurrency_limit, config.internal_concurrency_limit))
+        .layer(DeadlineLayer::new(config.default_deadline_secs, waits))
         .layer(MessageSizeLayer::new(config.max_message_bytes));
     let router = builder.layer(layers).add_routes(routes.routes());
 

@@ -25,6 +25,7 @@ use crate::paging;
 use crate::store::entity::{feedback, runs};
 use crate::store::now_ms;
 use crate::stream::{Subscription, follow, read_after};
+use crate::stream_limits::StreamPermit;
 use crate::threads as thread_domain;
 
 type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -69,6 +70,15 @@ impl RunApi {
             .ok_or_else(|| RunsError::NotFound(format!("run {run_id}")))
     }
 
+    /// Room for one more event stream of `user` (`runs.max_streams`, `runs.max_streams_per_user`);
+    /// None for the services' own calls, which are not counted.
+    fn stream_permit<T>(&self, request: &Request<T>, user: &str) -> Result<Option<StreamPermit>, Status> {
+        if antler_kit::limit::is_internal_call(request) {
+            return Ok(None);
+        }
+        Ok(Some(self.engine.streams.acquire(user)?))
+    }
+
     /// Streams a run's events to the client; when the client goes away before the run ends and
     /// `cancel_on_disconnect` is set, the run is cancelled (INTERRUPT).
     fn stream_events(
@@ -78,6 +88,7 @@ impl RunApi {
         after_seq: u64,
         kinds: Vec<i32>,
         cancel_on_disconnect: bool,
+        permit: Option<StreamPermit>,
     ) -> ReceiverStream<Result<RunEvent, Status>> {
         // Bounded: a slow client makes this subscription lag (and re-read the store), never the run.
         let (tx, rx) = mpsc::channel(256);
@@ -92,6 +103,8 @@ impl RunApi {
         let (run_id, thread_id) = (run.run_id.clone(), run.thread_id.clone());
         tokio::spawn(async move {
             let ended = follow(engine.store.clone(), engine.hub.clone(), sub, tx).await;
+            // The stream is over: its room is free again.
+            drop(permit);
             // A stream closed by this server's shutdown is not the client going away: the run is
             // handed on (drain) and the client reconnects, so it is not cancelled.
             if !ended && cancel_on_disconnect && !engine.shutdown.is_cancelled() {
@@ -162,11 +175,13 @@ impl RunService for RunApi {
 
     async fn stream_run(&self, request: Request<StreamRunRequest>) -> Result<Response<Self::StreamRunStream>, Status> {
         let ctx = identity(&request)?;
+        // Before admitting: a stream refused must not leave a run behind.
+        let permit = self.stream_permit(&request, &ctx.identity.user_id)?;
         let create = request.into_inner().create.ok_or_else(|| antler_kit::status::invalid_argument("create", "is required"))?;
         let cancel_on_disconnect = create.on_disconnect != OnDisconnect::Continue as i32;
         let kinds = create.stream_kinds.clone();
         let (run, _) = self.admit(&ctx, create).await?;
-        let events = self.stream_events(ctx.identity.user_id.clone(), &run, 0, kinds, cancel_on_disconnect);
+        let events = self.stream_events(ctx.identity.user_id.clone(), &run, 0, kinds, cancel_on_disconnect, permit);
         Ok(Response::new(Box::pin(events.map(|e| e.map(|event| StreamRunResponse { event: Some(event) })))))
     }
 
@@ -257,6 +272,7 @@ impl RunService for RunApi {
 
     async fn join_run(&self, request: Request<JoinRunRequest>) -> Result<Response<Self::JoinRunStream>, Status> {
         let user = Identity::of(&request)?.user_id.clone();
+        let permit = self.stream_permit(&request, &user)?;
         let req = request.into_inner();
         antler_kit::status::required("run_id", &req.run_id)?;
         let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
@@ -271,7 +287,7 @@ impl RunService for RunApi {
             req.kinds
         };
         let cancel_on_disconnect = req.on_disconnect == OnDisconnect::Cancel as i32 && !is_terminal(&run.status);
-        let events = self.stream_events(user, &run, req.after_seq, kinds, cancel_on_disconnect);
+        let events = self.stream_events(user, &run, req.after_seq, kinds, cancel_on_disconnect, permit);
         Ok(Response::new(Box::pin(events.map(|e| e.map(|event| JoinRunResponse { event: Some(event) })))))
     }
 

@@ -322,6 +322,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
             return Err(backlog_full(pending, limit));
         }
     }
+    super::user_caps::check(&engine.config, engine.user_runs.counts(&engine.config, &*tx, user_id).await?)?;
     let run_id = uuid::Uuid::now_v7().to_string();
     // The thread: an existing one of this user, or a new one when no id was given (which can have no
     // active run, and starts out naming this run as its latest: fewer statements in the writer slot).
@@ -444,6 +445,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         return Err(error.into());
     }
     engine.backlog.admitted(1);
+    engine.user_runs.admitted(user_id, 1);
     metrics::counter!("antler_runs_admitted_total", "strategy" => strategy.as_str_name()).increment(1);
     Ok((Admitted { run, reused: false }, effects))
 }

@@ -139,6 +139,13 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
     }
     let limit = engine.config.max_pending_runs;
     let mut pending = if limit > 0 { engine.backlog.pending(&*tx).await? } else { 0 };
+    // Per-user caps: each user's counts read once for the batch, then followed through it.
+    let mut per_user: HashMap<&str, super::user_caps::Counts> = HashMap::new();
+    for job in batch {
+        if !per_user.contains_key(job.user_id.as_str()) {
+            per_user.insert(&job.user_id, engine.user_runs.counts(&engine.config, &*tx, &job.user_id).await?);
+        }
+    }
 
     let mut plans = Vec::with_capacity(batch.len());
     let mut claimed: HashMap<(&str, &str), usize> = HashMap::new();
@@ -159,6 +166,13 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
             plans.push(Plan::Done(Box::new(Err(admission::backlog_full(pending, limit)))));
             continue;
         }
+        let counts = per_user.entry(&job.user_id).or_default();
+        if let Err(refused) = super::user_caps::check(&engine.config, *counts) {
+            plans.push(Plan::Done(Box::new(Err(refused))));
+            continue;
+        }
+        counts.active += 1;
+        counts.pending += 1;
         pending += 1;
         let run_id = uuid::Uuid::now_v7().to_string();
         let thread = new_thread_row(&job.user_id, &run_id, now);
@@ -200,6 +214,11 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
         return Err(error.into());
     }
     engine.backlog.admitted(created.len() as u64);
+    for (job, plan) in batch.iter().zip(&plans) {
+        if matches!(plan, Plan::Create(_)) {
+            engine.user_runs.admitted(&job.user_id, 1);
+        }
+    }
 
     // Answer in request order; a repeated key gets the run its first request created.
     let mut runs_by_index: HashMap<usize, runs::Model> = HashMap::new();

@@ -2,6 +2,7 @@
 //! completion that races it (finalize only enters FINALIZING while no cancel was requested), and a
 //! cancelled run ends INTERRUPTED without passing through FINALIZING.
 
+use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{CancelAction, RunEvent};
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
@@ -9,6 +10,7 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
 use super::{Ending, FINALIZING, INTERRUPTED, PENDING, RUNNING, end_by_service, is_terminal, promote_next_queued, status_from_str};
 use crate::engine::{Engine, StopCause};
 use crate::error::RunsError;
+use crate::notify::{Live, Wake};
 use crate::store::entity::runs;
 use crate::store::now_ms;
 
@@ -137,7 +139,8 @@ pub async fn cancel(
         && let Some(local) = engine.local_run(run_id)
     {
         // Running here: stop the agent now; the worker ends the run INTERRUPTED. A run on another
-        // live replica sees the request at its next lease renewal.
+        // live replica is stopped by that replica when the request's notification reaches it
+        // (`crate::notify`; its lease renewal, which reads the request too, is the fallback).
         local.stop(StopCause::Cancel);
     }
     if promoted {
@@ -190,8 +193,11 @@ fn not_cancellable(run: &runs::Model) -> Result<(), RunsError> {
     Ok(())
 }
 
-/// Waits until `run_id` is terminal (polling the store; bounded by the caller's deadline).
+/// Waits until `run_id` is terminal (bounded by the caller's deadline). Woken by the run's END —
+/// published here, notified by another replica, or found by the safety poll — never by a timer of
+/// its own: the store is read once at the start and once per wake-up that may mean the end.
 pub async fn wait_terminal(engine: &Engine, run_id: &str) -> Result<runs::Model, RunsError> {
+    let mut watch = engine.hub.watch(run_id);
     loop {
         let run = runs::Entity::find_by_id(run_id.to_owned())
             .one(engine.store.db())
@@ -200,6 +206,12 @@ pub async fn wait_terminal(engine: &Engine, run_id: &str) -> Result<runs::Model,
         if is_terminal(&run.status) {
             return Ok(run);
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        loop {
+            match watch.next().await {
+                Wake::Live(Live::Event(event)) if matches!(event.kind, Some(Kind::End(_))) => break,
+                Wake::Live(Live::Stored { end: true, .. } | Live::Resync) | Wake::Lagged | Wake::Closed => break,
+                Wake::Live(_) => {}
+            }
+        }
     }
 }

@@ -17,6 +17,7 @@ pub mod lease;
 pub mod liveness;
 pub mod resume;
 pub mod start;
+pub mod user_caps;
 
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{EndEvent, RunError, RunUsage};

@@ -18,6 +18,8 @@ impl MigratorTrait for Migrator {
             Box::new(Subagents),
             Box::new(CompactCheckpoints),
             Box::new(Workers),
+            Box::new(Notify),
+            Box::new(ActiveByUser),
         ]
     }
 
@@ -353,6 +355,105 @@ impl MigrationTrait for Workers {
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager.get_connection().execute_unprepared("DROP TABLE IF EXISTS workers").await?;
+        Ok(())
+    }
+}
+
+/// PostgreSQL only: wake-ups across replicas (see `crate::notify`). Triggers call `pg_notify` in the
+/// transaction of the write itself, so a notification exists exactly when the write committed, and
+/// every path that appends events or requests a cancel is covered, including single-statement
+/// appends and writes by code that does not know about wake-ups. Payloads are small:
+/// `e:<seq>:<end>:<run_id>` (the highest seq the statement inserted for the run, and 1 when it
+/// inserted the run's END) and `c:<run_id>` (the first cancel request of a run).
+/// One notification per run per statement: a multi-row insert of a step's events sends one.
+struct Notify;
+
+impl MigrationName for Notify {
+    fn name(&self) -> &str {
+        "m0008_notify"
+    }
+}
+
+/// The channel every replica LISTENs on.
+pub const NOTIFY_CHANNEL: &str = "antler_runs";
+
+#[async_trait::async_trait]
+impl MigrationTrait for Notify {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        if manager.get_database_backend() != DbBackend::Postgres {
+            return Ok(());
+        }
+        let end = antler_proto::runs::EventKind::End as i32;
+        let db = manager.get_connection();
+        for statement in [
+            format!(
+                "CREATE FUNCTION antler_notify_events() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    PERFORM pg_notify('{NOTIFY_CHANNEL}', 'e:' || max(seq) || ':' || (bool_or(kind = {end}))::int || ':' || run_id)
+                        FROM added GROUP BY run_id;
+                    RETURN NULL;
+                END $$"
+            ),
+            "CREATE TRIGGER run_events_notify AFTER INSERT ON run_events REFERENCING NEW TABLE AS added \
+             FOR EACH STATEMENT EXECUTE FUNCTION antler_notify_events()"
+                .to_owned(),
+            format!(
+                "CREATE FUNCTION antler_notify_cancel() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    PERFORM pg_notify('{NOTIFY_CHANNEL}', 'c:' || NEW.run_id);
+                    RETURN NULL;
+                END $$"
+            ),
+            "CREATE TRIGGER runs_notify_cancel AFTER UPDATE OF cancel_action ON runs FOR EACH ROW \
+             WHEN (OLD.cancel_action IS NULL AND NEW.cancel_action IS NOT NULL) EXECUTE FUNCTION antler_notify_cancel()"
+                .to_owned(),
+        ] {
+            db.execute_unprepared(&statement).await?;
+        }
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        if manager.get_database_backend() != DbBackend::Postgres {
+            return Ok(());
+        }
+        let db = manager.get_connection();
+        for statement in [
+            "DROP TRIGGER IF EXISTS runs_notify_cancel ON runs",
+            "DROP FUNCTION IF EXISTS antler_notify_cancel()",
+            "DROP TRIGGER IF EXISTS run_events_notify ON run_events",
+            "DROP FUNCTION IF EXISTS antler_notify_events()",
+        ] {
+            db.execute_unprepared(statement).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The per-user caps of admission (`lifecycle::user_caps`) count a user's runs that have not ended:
+/// a partial index keeps that count to the user's active runs, however many ended runs they have.
+struct ActiveByUser;
+
+impl MigrationName for ActiveByUser {
+    fn name(&self) -> &str {
+        "m0009_runs_active_by_user"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for ActiveByUser {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .get_connection()
+            .execute_unprepared(
+                "CREATE INDEX runs_active_by_user ON runs (user_id, status) WHERE status IN ('pending', 'running', 'finalizing')",
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.get_connection().execute_unprepared("DROP INDEX runs_active_by_user").await?;
         Ok(())
     }
 }

@@ -144,6 +144,13 @@ where
     Ok(())
 }
 
+/// Counts every statement `db` executes in `antler_runs_db_statements_total`: what the database is
+/// asked, seen from this replica (the wake-ups are judged by it: idle subscribers must add nothing).
+fn count_statements(db: &mut DatabaseConnection) {
+    let counter = metrics::counter!("antler_runs_db_statements_total");
+    db.set_metric_callback(move |_| counter.increment(1));
+}
+
 /// The file of a `sqlite:` URL.
 fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
     let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:"))?;
@@ -327,10 +334,23 @@ impl Store {
             control.max_connections(config.control_connections).min_connections(1);
             control
         };
-        let db = Database::connect(options).await?;
+        let mut db = Database::connect(options).await?;
+        count_statements(&mut db);
         let sqlite = db.get_database_backend() == DbBackend::Sqlite;
-        let control = if sqlite { None } else { Some(Database::connect(control_options).await?) };
-        let writer = if sqlite { Some(Database::connect(writer_options).await?) } else { None };
+        let control = if sqlite {
+            None
+        } else {
+            let mut control = Database::connect(control_options).await?;
+            count_statements(&mut control);
+            Some(control)
+        };
+        let writer = if sqlite {
+            let mut writer = Database::connect(writer_options).await?;
+            count_statements(&mut writer);
+            Some(writer)
+        } else {
+            None
+        };
         let write_slot = sqlite.then(|| Arc::new(WriteSlot::default()));
         let checkpoints = if sqlite { Some(Database::connect(checkpoint_options).await?) } else { None };
         let checkpointer = match (&checkpoints, &write_slot, sqlite_file(&url)) {

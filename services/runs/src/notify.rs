@@ -1,0 +1,416 @@
+//! Wake-ups instead of polling (DESIGN §7): how stream subscribers and waiters (WaitRun,
+//! CancelRun with `wait`, DeleteThread) learn that a run has new events or has ended, and how a cancel
+//! requested on one replica reaches the worker that runs the run on another.
+//!
+//! - In process, [`EventHub`] is a broadcast per watched run: an event committed here is delivered
+//!   to this replica's subscribers with its payload, no store read.
+//! - Across replicas (PostgreSQL), triggers call `pg_notify` in the transaction of every write that
+//!   matters (`store::migration::Notify`): events appended (`e:<seq>:<end>:<run_id>`) and a run's
+//!   first cancel request (`c:<run_id>`). Each replica holds ONE listener connection ([`listen`]), not
+//!   one per subscriber, and turns notifications into wake-ups of the runs it watches: subscribers
+//!   then read only what they miss from the store. Its own writes come back too; they carry a seq the
+//!   hub has already delivered and are dropped without waking anyone.
+//! - A notification can be missed: the listener's connection drops, or the database restarts. After
+//!   every reconnect (LISTEN in place again) the hub wakes every watcher to catch up from the store,
+//!   and this replica re-reads the cancel requests of the runs it executes: nothing is lost, and
+//!   nothing committed after the LISTEN can be missed.
+//! - A slow safety poll ([`safety_poll`], `runs.safety_poll_ms`) is the fallback for what no
+//!   notification covers (a half-open listener connection, SQLite files written by another
+//!   process): ONE query per replica per period for all watched runs together, never one per
+//!   subscriber, so idle subscribers cost the database nothing between polls.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use antler_proto::runs::run_event::Kind;
+use antler_proto::runs::{RunEvent, RunStatus};
+use sea_orm::{ColumnTrait, DbBackend, EntityTrait, QueryFilter, QuerySelect};
+use tokio::sync::broadcast;
+
+use crate::engine::{Engine, StopCause};
+use crate::store::entity::runs;
+
+/// What a watcher of a run receives.
+#[derive(Debug, Clone)]
+pub enum Live {
+    /// An event committed by this replica, in seq order (a watcher that sees a gap reads the store).
+    /// Shared: every watcher's copy of the broadcast is a reference count, not the event.
+    Event(Arc<RunEvent>),
+    /// The store holds the run's events up to `seq`: written by another replica (a notification) or
+    /// found by the safety poll. `end`: the run has ended (its END is stored) or is gone. `status`,
+    /// when known (safety poll), is the run's current status.
+    Stored { seq: u64, end: bool, status: Option<RunStatus> },
+    /// Notifications may have been missed (the listener reconnected): read the store.
+    Resync,
+}
+
+/// One watched run.
+#[derive(Debug)]
+struct Channel {
+    sender: broadcast::Sender<Live>,
+    /// The highest seq announced to this run's watchers (published here or notified).
+    known: u64,
+    /// The run's status as the safety poll last saw it.
+    status: Option<RunStatus>,
+    /// The end was announced (not announced again unless new events appear).
+    ended: bool,
+    /// The safety poll has seen this run since it was first watched.
+    polled: bool,
+}
+
+/// Live fan-out to this replica's watchers of runs: subscribers and waiters.
+#[derive(Debug)]
+pub struct EventHub {
+    channels: Mutex<HashMap<String, Channel>>,
+    capacity: usize,
+}
+
+impl EventHub {
+    pub fn new(capacity: usize) -> Self {
+        Self { channels: Mutex::new(HashMap::new()), capacity }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Delivers events committed here to live watchers (call after the transaction commits).
+    pub fn publish(&self, events: &[RunEvent]) {
+        let mut channels = self.lock();
+        for event in events {
+            if let Some(channel) = channels.get_mut(&event.run_id) {
+                channel.known = channel.known.max(event.seq);
+                let _ = channel.sender.send(Live::Event(Arc::new(event.clone())));
+                // The run's channel closes with its END: a watcher whose END was filtered out of what
+                // it reads (or lay before its after_seq) learns the run is over from the closing.
+                if matches!(event.kind, Some(Kind::End(_))) || channel.sender.receiver_count() == 0 {
+                    channels.remove(&event.run_id);
+                }
+            }
+        }
+    }
+
+    /// The store holds `run_id`'s events up to `seq` (see [`Live::Stored`]). Returns whether any
+    /// watcher was woken: a notification of events this replica already delivered wakes nobody.
+    pub fn stored(&self, run_id: &str, seq: u64, end: bool, status: Option<RunStatus>) -> bool {
+        let mut channels = self.lock();
+        let Some(channel) = channels.get_mut(run_id) else { return false };
+        let newer = seq > channel.known;
+        let ending = end && !channel.ended;
+        let changed = status.is_some() && status != channel.status;
+        if !(newer || ending || changed) {
+            return false;
+        }
+        channel.known = channel.known.max(seq);
+        channel.ended |= end;
+        if status.is_some() {
+            channel.status = status;
+        }
+        channel.sender.send(Live::Stored { seq, end, status }).is_ok()
+    }
+
+    /// What the safety poll read of a watched run: wakes its watchers like [`Self::stored`]. Returns
+    /// whether the poll found something no wake-up had announced. The first poll of a run counts as
+    /// finding nothing: what its watchers read when they joined is not known here, so its news may be
+    /// old (waking them then costs them no query).
+    pub fn polled(&self, run_id: &str, seq: u64, end: bool, status: Option<RunStatus>) -> bool {
+        let (first, news) = {
+            let mut channels = self.lock();
+            let Some(channel) = channels.get_mut(run_id) else { return false };
+            (!std::mem::replace(&mut channel.polled, true), seq > channel.known || (end && !channel.ended))
+        };
+        self.stored(run_id, seq, end, status) && news && !first
+    }
+
+    /// Wakes every watcher to read the store (notifications may have been missed).
+    pub fn resync_all(&self) {
+        for channel in self.lock().values() {
+            let _ = channel.sender.send(Live::Resync);
+        }
+    }
+
+    /// The watched runs (for the safety poll).
+    pub fn watched(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    /// Starts watching `run_id`; the watch ends when the returned value is dropped. Register before
+    /// reading the store, so nothing committed after the read goes unannounced.
+    pub fn watch(self: &Arc<Self>, run_id: &str) -> Watch {
+        Watch { receiver: self.subscribe(run_id), hub: self.clone(), run_id: run_id.to_owned() }
+    }
+
+    fn subscribe(&self, run_id: &str) -> broadcast::Receiver<Live> {
+        let mut channels = self.lock();
+        channels
+            .entry(run_id.to_owned())
+            .or_insert_with(|| Channel { sender: broadcast::channel(self.capacity).0, known: 0, status: None, ended: false, polled: false })
+            .sender
+            .subscribe()
+    }
+
+    fn release(&self, run_id: &str) {
+        let mut channels = self.lock();
+        if channels.get(run_id).is_some_and(|c| c.sender.receiver_count() == 0) {
+            channels.remove(run_id);
+        }
+    }
+}
+
+/// A registration of interest in one run's wake-ups (see [`EventHub::watch`]).
+#[derive(Debug)]
+pub struct Watch {
+    receiver: broadcast::Receiver<Live>,
+    hub: Arc<EventHub>,
+    run_id: String,
+}
+
+/// What [`Watch::next`] saw.
+#[derive(Debug)]
+pub enum Wake {
+    Live(Live),
+    /// Wake-ups were dropped because this watcher fell behind: read the store.
+    Lagged,
+    /// The run's channel closed (its END was published here): read the store.
+    Closed,
+}
+
+impl Watch {
+    /// The next wake-up. After [`Wake::Closed`] the watch is registered again, so a caller that goes
+    /// on waiting misses nothing.
+    pub async fn next(&mut self) -> Wake {
+        match self.receiver.recv().await {
+            Ok(live) => Wake::Live(live),
+            Err(broadcast::error::RecvError::Lagged(_)) => Wake::Lagged,
+            Err(broadcast::error::RecvError::Closed) => {
+                self.receiver = self.hub.subscribe(&self.run_id);
+                Wake::Closed
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // The receiver must be gone before the count is checked.
+        let closed = broadcast::channel(1).1;
+        drop(std::mem::replace(&mut self.receiver, closed));
+        self.hub.release(&self.run_id);
+    }
+}
+
+/// A notification's payload, parsed (see the module documentation for the formats).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Note<'a> {
+    Events { run_id: &'a str, seq: u64, end: bool },
+    Cancel { run_id: &'a str },
+}
+
+/// Parses a payload written by the triggers of `store::migration::Notify`; None for anything else.
+pub fn parse(payload: &str) -> Option<Note<'_>> {
+    if let Some(rest) = payload.strip_prefix("e:") {
+        let mut parts = rest.splitn(3, ':');
+        let seq = parts.next()?.parse().ok()?;
+        let end = parts.next()? == "1";
+        let run_id = parts.next().filter(|id| !id.is_empty())?;
+        return Some(Note::Events { run_id, seq, end });
+    }
+    payload.strip_prefix("c:").filter(|id| !id.is_empty()).map(|run_id| Note::Cancel { run_id })
+}
+
+/// Starts this replica's listener (PostgreSQL) and safety poll; both stop at shutdown.
+pub fn spawn(engine: Arc<Engine>) {
+    use tracing::Instrument;
+    if engine.store.backend() == DbBackend::Postgres {
+        tokio::spawn(listen(engine.clone()).instrument(tracing::info_span!("notify_listener")));
+    }
+    tokio::spawn(safety_poll(engine).instrument(tracing::info_span!("safety_poll")));
+}
+
+/// Acts on one notification.
+fn handle(engine: &Engine, payload: &str) {
+    match parse(payload) {
+        Some(Note::Events { run_id, seq, end }) => {
+            metrics::counter!("antler_runs_notifications_total", "kind" => "events").increment(1);
+            engine.hub.stored(run_id, seq, end, None);
+        }
+        Some(Note::Cancel { run_id }) => {
+            metrics::counter!("antler_runs_notifications_total", "kind" => "cancel").increment(1);
+            if let Some(local) = engine.local_run(run_id) {
+                tracing::info!(run_id, "cancel requested (notified); stopping the run");
+                local.stop(StopCause::Cancel);
+            }
+        }
+        None => tracing::debug!(payload, "notification not understood; ignored"),
+    }
+}
+
+/// After (re)connecting: wake every watcher to read the store, and act on cancel requests of the runs
+/// executing here that a missed notification may have carried.
+async fn resync(engine: &Engine) {
+    metrics::counter!("antler_runs_notifications_total", "kind" => "resync").increment(1);
+    engine.hub.resync_all();
+    let local: Vec<String> = engine.local.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+    for chunk in local.chunks(POLL_CHUNK) {
+        let cancelled: Result<Vec<String>, _> = runs::Entity::find()
+            .select_only()
+            .column(runs::Column::RunId)
+            .filter(runs::Column::RunId.is_in(chunk.iter().map(String::as_str)))
+            .filter(runs::Column::CancelAction.is_not_null())
+            .into_tuple()
+            .all(engine.store.db())
+            .await;
+        match cancelled {
+            Ok(ids) => ids.iter().filter_map(|id| engine.local_run(id)).for_each(|local| local.stop(StopCause::Cancel)),
+            // The lease renewal reads cancel requests too; it is the fallback.
+            Err(error) => tracing::warn!(%error, "cannot re-read cancel requests after reconnecting"),
+        }
+    }
+}
+
+/// The listener: one connection per replica, LISTENing on the channel of the triggers. Reconnects
+/// with backoff (100 ms doubling to 5 s) and resynchronises after every (re)connection.
+async fn listen(engine: Arc<Engine>) {
+    use sea_orm::sqlx::postgres::PgListener;
+    let channel = crate::store::migration::NOTIFY_CHANNEL;
+    let url = engine.config.database.url.clone();
+    let mut listener: Option<PgListener> = None;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let Some(connected) = listener.as_mut() else {
+            let attempt = async {
+                let mut l = PgListener::connect(&url).await?;
+                l.listen(channel).await?;
+                Ok::<_, sea_orm::sqlx::Error>(l)
+            };
+            match attempt.await {
+                Ok(l) => {
+                    tracing::info!(channel, "listening for wake-ups");
+                    listener = Some(l);
+                    backoff = Duration::from_millis(100);
+                    resync(&engine).await;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, retry_in_ms = backoff.as_millis() as u64, "cannot LISTEN for wake-ups; the safety poll covers meanwhile");
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        () = engine.shutdown.cancelled() => return,
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+            continue;
+        };
+        tokio::select! {
+            received = connected.try_recv() => match received {
+                Ok(Some(notification)) => handle(&engine, notification.payload()),
+                // The connection was lost and re-established (LISTEN included): what was sent
+                // meanwhile is gone, so everyone reads the store.
+                Ok(None) => {
+                    tracing::warn!("wake-up listener reconnected; resynchronising from the store");
+                    resync(&engine).await;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "wake-up listener failed; reconnecting");
+                    listener = None;
+                }
+            },
+            () = engine.shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Run ids per safety-poll query (bounded statement size).
+const POLL_CHUNK: usize = 500;
+
+/// Every `runs.safety_poll_ms`: one read of `(last_seq, status)` for all runs watched here, waking the
+/// watchers of those that moved on without a wake-up (and refreshing the status heartbeats report).
+async fn safety_poll(engine: Arc<Engine>) {
+    let mut every = tokio::time::interval(Duration::from_millis(engine.config.safety_poll_ms));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            () = engine.shutdown.cancelled() => return,
+        }
+        let watched = engine.hub.watched();
+        if watched.is_empty() {
+            continue;
+        }
+        match poll_once(&engine, &watched).await {
+            Ok(found) => {
+                let outcome = if found { "found" } else { "nothing" };
+                metrics::counter!("antler_runs_safety_polls_total", "outcome" => outcome).increment(1);
+                if found {
+                    tracing::debug!("the safety poll found changes no wake-up announced");
+                }
+            }
+            Err(error) => {
+                metrics::counter!("antler_runs_safety_polls_total", "outcome" => "error").increment(1);
+                tracing::warn!(%error, "safety poll failed");
+            }
+        }
+    }
+}
+
+/// One safety poll over `watched`; whether it found events or ends that no wake-up had announced.
+async fn poll_once(engine: &Engine, watched: &[String]) -> Result<bool, crate::error::RunsError> {
+    let mut found = false;
+    for chunk in watched.chunks(POLL_CHUNK) {
+        let rows: Vec<(String, i64, String)> = runs::Entity::find()
+            .select_only()
+            .column(runs::Column::RunId)
+            .column(runs::Column::LastSeq)
+            .column(runs::Column::Status)
+            .filter(runs::Column::RunId.is_in(chunk.iter().map(String::as_str)))
+            .into_tuple()
+            .all(engine.store.db())
+            .await?;
+        let rows: HashMap<String, (i64, String)> = rows.into_iter().map(|(id, seq, status)| (id, (seq, status))).collect();
+        for run_id in chunk {
+            let (seq, end, status) = match rows.get(run_id) {
+                Some((seq, status)) => {
+                    (u64::try_from(*seq).unwrap_or(0), crate::status::is_terminal(status), Some(crate::status::status_from_str(status)))
+                }
+                // Deleted with its thread: nothing more will come.
+                None => (0, true, None),
+            };
+            found |= engine.hub.polled(run_id, seq, end, status);
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_of_the_triggers_parse_and_others_are_refused() {
+        assert_eq!(parse("e:12:0:run-1"), Some(Note::Events { run_id: "run-1", seq: 12, end: false }));
+        assert_eq!(parse("e:3:1:a:b"), Some(Note::Events { run_id: "a:b", seq: 3, end: true }));
+        assert_eq!(parse("c:run-2"), Some(Note::Cancel { run_id: "run-2" }));
+        for bad in ["", "e:", "e:x:0:r", "e:1:0:", "c:", "x:1", "e:1"] {
+            assert_eq!(parse(bad), None, "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_notification_of_events_already_published_here_wakes_nobody() {
+        let hub = Arc::new(EventHub::new(16));
+        let mut watch = hub.watch("r");
+        let event = RunEvent { run_id: "r".into(), seq: 1, ..Default::default() };
+        hub.publish(std::slice::from_ref(&event));
+        assert!(matches!(watch.next().await, Wake::Live(Live::Event(e)) if e.seq == 1));
+        assert!(!hub.stored("r", 1, false, None), "its own write coming back");
+        assert!(hub.stored("r", 2, false, None), "another replica's write");
+        assert!(matches!(watch.next().await, Wake::Live(Live::Stored { seq: 2, end: false, .. })));
+        assert!(hub.stored("r", 2, true, None), "the end is news");
+        assert!(!hub.stored("r", 2, true, None), "announced once");
+        assert!(!hub.stored("other", 5, true, None), "an unwatched run wakes nobody");
+        drop(watch);
+        assert!(hub.watched().is_empty(), "the last watcher gone, the run is no longer watched");
+    }
+}
