@@ -103,6 +103,55 @@ async fn two_replicas_on_postgres_process_each_update_exactly_once() -> anyhow::
     Ok(())
 }
 
+/// The group commit across replicas: every thread is queued through both replicas at once (c = 16), so
+/// batches on A and B race for the same keys; whichever commits second replaces the first's row. Each
+/// thread ends as one update, extracted exactly once.
+#[tokio::test]
+async fn two_replicas_queueing_the_same_threads_at_once_extract_each_thread_once() -> anyhow::Result<()> {
+    const THREADS: usize = 30;
+    let double = LlmDouble::start(numbered(THREADS), AfterLast::Refuse).await?;
+    let db = TestDb::new(Backend::Postgres).await?;
+    let extra = "  workers: 4\n  poll_interval_ms: 100\n  debounce_seconds: 300\n";
+    let a = start_up(&db, extra, &double.models_yaml(), None)?;
+    let b = start_up(&db, extra, &double.models_yaml(), None)?;
+    let (ma, mb) = (client(&a).await?, client(&b).await?);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let mut memory = if t % 2 == 0 { ma.clone() } else { mb.clone() };
+        let next = next.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut replaced = 0;
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= 2 * THREADS {
+                    return anyhow::Ok(replaced);
+                }
+                let (thread, via) = (i / 2, if i % 2 == 0 { "first" } else { "second" });
+                let text = format!("Detail {thread} about my life, told the {via} time");
+                let r = queue(&mut memory, ALICE, &format!("thread-{thread}"), conversation(&text), false).await?;
+                replaced += usize::from(r.replaced_pending);
+            }
+        }));
+    }
+    let mut replaced = 0;
+    for task in tasks {
+        replaced += task.await??;
+    }
+    assert_eq!(replaced, THREADS, "one of each thread's two updates replaced the other");
+    assert!(double.requests().is_empty(), "nothing is due before the flush (debounce 300 s)");
+    let (mut ma, mut mb) = (ma, mb);
+    let flushed = flush_wait(&mut ma, ALICE, WAIT).await?;
+    assert!(flushed.completed && flushed.flushed as usize == THREADS, "{flushed:?}");
+    assert_eq!(flush_wait(&mut mb, ALICE, WAIT).await?.pending, 0);
+    assert_eq!(double.requests().len(), THREADS, "exactly one extraction per thread across both replicas");
+    let facts = active_facts(&mut ma, ALICE).await?;
+    assert_eq!(facts.len(), THREADS, "no update applied twice");
+    let applied = a.stderr().matches("memory update applied").count() + b.stderr().matches("memory update applied").count();
+    assert_eq!(applied, THREADS);
+    Ok(())
+}
+
 /// RenderInjection keeps a scope's facts between calls while its revision stands: a fact added
 /// through another replica is in the very next render on this one, and a deleted one is gone.
 #[tokio::test]
