@@ -43,7 +43,7 @@ const FACT_COLUMNS: &str = "doc, fact_id, user_id, agent_name, scope_key, conten
 pub enum Loaded {
     /// The revisions are still those of the kept snapshot.
     Unchanged,
-    Fresh(Snapshot),
+    Fresh(Box<Snapshot>),
 }
 
 impl Snapshot {
@@ -98,13 +98,13 @@ impl Snapshot {
             None => Profile::default(),
         };
         let live = serde_json::from_str::<Vec<Fact>>(&facts).map_err(|e| StoreError::Corrupt(format!("fact rows as JSON: {e}")))?;
-        Ok(Loaded::Fresh(Self { revisions, profile, live }))
+        Ok(Loaded::Fresh(Box::new(Self { revisions, profile, live })))
     }
 
     /// The revisions, sections and live facts of `scope`, read now (see [`Snapshot::load_if_changed`]).
     pub async fn load(db: &impl ConnectionTrait, scope: &Scope) -> Result<Self, StoreError> {
         match Self::load_if_changed(db, scope, None).await? {
-            Loaded::Fresh(snapshot) => Ok(snapshot),
+            Loaded::Fresh(snapshot) => Ok(*snapshot),
             Loaded::Unchanged => Err(StoreError::Corrupt("a render snapshot read without a kept one came back unchanged".to_owned())),
         }
     }

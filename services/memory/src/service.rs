@@ -212,7 +212,7 @@ impl Memory {
         let snapshot = match (Snapshot::load_if_changed(db, scope, kept.as_ref().map(|s| s.revisions)).await?, kept) {
             (Loaded::Unchanged, Some(kept)) => kept,
             (Loaded::Fresh(snapshot), _) => {
-                let snapshot = Arc::new(snapshot);
+                let snapshot: Arc<Snapshot> = Arc::from(snapshot);
                 self.render_cache.put(scope, snapshot.clone());
                 snapshot
             }
