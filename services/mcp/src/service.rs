@@ -589,7 +589,7 @@ impl Hub {
             .collect())
     }
 
-    /// Starts the background sweeper and the extensions-file watcher; both stop at `shutdown`.
+    /// Starts the background pool sweeper; it stops at `shutdown`.
     pub fn spawn_background(self: &Arc<Self>, shutdown: CancellationToken) {
         let hub = self.clone();
         let every = Duration::from_secs(self.config().pool.sweep_interval_secs);
@@ -606,7 +606,6 @@ impl Hub {
             },
             tracing::info_span!("mcp_pool_sweeper"),
         ));
-        crate::reload::spawn_watcher(self.clone(), shutdown);
     }
 }
 
