@@ -152,6 +152,39 @@ async fn two_replicas_queueing_the_same_threads_at_once_extract_each_thread_once
     Ok(())
 }
 
+/// Without FlushUpdates an update is extracted when it falls due: QueueUpdate wakes the workers only
+/// when the update is due before their next look at the queue (`poll_interval_ms`); otherwise they
+/// find it when they look, and sleep until it is due.
+#[tokio::test]
+async fn updates_are_extracted_when_due_without_a_flush() -> anyhow::Result<()> {
+    async fn extracted_after(extra: &str, immediate: bool) -> anyhow::Result<Duration> {
+        let double = LlmDouble::start(numbered(1), AfterLast::Refuse).await?;
+        let db = TestDb::new(Backend::Sqlite).await?;
+        let server = start_up(&db, extra, &double.models_yaml(), None)?;
+        let mut memory = client(&server).await?;
+        // Let the workers settle into their sleep first.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let started = Instant::now();
+        queue(&mut memory, ALICE, "t-due", conversation("I keep bees on the roof of my building"), immediate).await?;
+        while active_facts(&mut memory, ALICE).await?.is_empty() {
+            anyhow::ensure!(started.elapsed() < Duration::from_secs(20), "not extracted after 20 s ({extra:?}, immediate {immediate})");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(double.requests().len(), 1);
+        Ok(started.elapsed())
+    }
+    // Workers that would look again only in a minute: an immediate update wakes them.
+    let took = extracted_after("  debounce_seconds: 1\n  poll_interval_ms: 60000\n", true).await?;
+    assert!(took < Duration::from_secs(10), "immediate: {took:?}");
+    // Due in a second, before their next look: woken to sleep until it is due, not before.
+    let took = extracted_after("  debounce_seconds: 1\n  poll_interval_ms: 60000\n", false).await?;
+    assert!(took >= Duration::from_millis(1000) && took < Duration::from_secs(10), "debounced, long poll: {took:?}");
+    // Due after their next look (every 200 ms): found by looking.
+    let took = extracted_after("  debounce_seconds: 1\n  poll_interval_ms: 200\n", false).await?;
+    assert!(took >= Duration::from_millis(1000) && took < Duration::from_secs(10), "debounced, short poll: {took:?}");
+    Ok(())
+}
+
 /// RenderInjection keeps a scope's facts between calls while its revision stands: a fact added
 /// through another replica is in the very next render on this one, and a deleted one is gone.
 #[tokio::test]
