@@ -127,7 +127,7 @@ async fn two_replicas_queueing_the_same_threads_at_once_extract_each_thread_once
                 if i >= 2 * THREADS {
                     return anyhow::Ok(replaced);
                 }
-                let (thread, via) = (i / 2, if i % 2 == 0 { "first" } else { "second" });
+                let (thread, via) = (i / 2, if i.is_multiple_of(2) { "first" } else { "second" });
                 let text = format!("Detail {thread} about my life, told the {via} time");
                 let r = queue(&mut memory, ALICE, &format!("thread-{thread}"), conversation(&text), false).await?;
                 replaced += usize::from(r.replaced_pending);
