@@ -8,4 +8,5 @@ mod exec;
 mod files;
 mod hostile_paths;
 mod lifecycle;
+mod skills;
 mod uploads;
