@@ -16,14 +16,19 @@
 //!   runs stay PENDING and the admission path is alone. Prints admissions/s and the server's CPU per
 //!   admission (from /proc/<pid>/stat).
 //! - **completion**: the default 32 worker slots and an empty script. First the workers alone (2,000
-//!   runs admitted up front, completions/s while they drain), then the same while a c = 64 admission
+//!   runs admitted while 32 runs that wait for their cancel hold every slot, then the slots released:
+//!   completions/s while runs are still PENDING, so every slot can be busy; the whole drain, tail
+//!   included, is printed beside it), then
+//!   the same while a c = 64 admission
 //!   flood goes on: completions/s in the window (goal ≥ 80 % of the reference), worker slots in use
 //!   while runs were PENDING, and the PENDING backlog at the end (read from the store).
 //! - **wal**: SQLite only: N one-step runs through the workers; the size of `runs.db-wal` at the end,
 //!   after 5 s idle, and after SIGTERM.
 //! - **cancel**: `antler up` with the lead agent on a model that streams one chunk every 2 s: N runs
 //!   held on open model streams, RSS per held run, then 300 concurrent CancelRun calls (success rate),
-//!   then the rest.
+//!   then the rest. Twice: the upstream double on HTTP/1.1 (a connection per call in flight) and on
+//!   HTTP/2 (h2c; calls multiplexed on one connection, as OpenAI and Anthropic are reached over TLS);
+//!   `STORE_BENCH_UPSTREAM=http1` or `http2` picks one. The connections the double accepted are printed.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -196,8 +201,19 @@ async fn completion_phase(backend: Backend, window: Duration) -> Result<Vec<Stri
     let db = TestDb::new(backend).await?;
     let server = start_runs_bench(&db, "")?;
     let conn = db.connect().await?;
-    // Reference: 2,000 runs admitted up front, then the workers alone.
+    // Reference: 2,000 runs admitted up front, then the workers alone. Every one of the 32 slots is
+    // held by a run that waits for its cancel while the 2,000 are admitted, so they all stay PENDING
+    // (on PostgreSQL the free workers used to finish them as fast as they came: 11 were left for the
+    // "alone" window, and the figure was noise).
     let mut client = RunServiceClient::new(server.channel().await?);
+    let mut blockers = Vec::new();
+    for _ in 0..32 {
+        let run = client.create_run(authed(run_request("", json!([{"wait_cancel": true}])), ALICE)).await?.into_inner().run;
+        blockers.push(run.unwrap_or_default().run_id);
+    }
+    for id in &blockers {
+        wait_run(&mut client, ALICE, id, Duration::from_secs(60), |r| r.status() == RunStatus::Running).await?;
+    }
     let mut tasks = Vec::new();
     for chunk in 0..16 {
         let mut client = client.clone();
@@ -211,9 +227,34 @@ async fn completion_phase(backend: Backend, window: Duration) -> Result<Vec<Stri
     for task in tasks {
         task.await??;
     }
+    let left = count(&conn, "pending").await?;
+    let mut cancels = Vec::new();
+    for id in blockers {
+        let mut client = client.clone();
+        cancels.push(tokio::spawn(
+            async move { client.cancel_run(authed(CancelRunRequest { run_id: id, ..Default::default() }, ALICE)).await },
+        ));
+    }
+    // The reference is the rate while every slot can be busy: from the release of the slots until no
+    // run is PENDING any more. The drain's tail (the last 32 runs finishing, the last finalizations)
+    // is not part of it: a fixed tail divided into few runs reads as a fraction of the real rate.
+    let started = Instant::now();
     let before = count(&conn, "success").await?;
-    let took = drain(&conn, Duration::from_secs(300)).await?;
-    let reference = (count(&conn, "success").await? - before) as f64 / took.as_secs_f64();
+    for cancel in cancels {
+        cancel.await??;
+    }
+    let mut saturated = None;
+    while saturated.is_none() && started.elapsed() < Duration::from_secs(300) {
+        if count(&conn, "pending").await? == 0 {
+            saturated = Some((count(&conn, "success").await? - before, started.elapsed()));
+        } else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let (saturated_runs, saturated_for) = saturated.context("runs still PENDING after 300 s")?;
+    let took = started.elapsed() + drain(&conn, Duration::from_secs(300)).await?;
+    let drained = (count(&conn, "success").await? - before) as f64;
+    let reference = saturated_runs as f64 / saturated_for.as_secs_f64().max(1e-9);
 
     // The same workers while a c=64 flood admits new runs.
     let before = count(&conn, "success").await?;
@@ -242,7 +283,12 @@ async fn completion_phase(backend: Backend, window: Duration) -> Result<Vec<Stri
     drain(&conn, Duration::from_secs(600)).await?;
     client.get_run(authed(GetRunRequest { run_id: "warm".into(), ..Default::default() }, ALICE)).await.ok();
     let lines = vec![
-        format!("{backend:?} completion, workers alone: {reference:>7.0} runs/s"),
+        format!(
+            "{backend:?} completion, workers alone: {reference:>7.0} runs/s ({saturated_runs} runs in {:.2} s while runs were PENDING; {left} PENDING when the 32 held slots were released; the whole drain {drained:.0} runs in {:.2} s = {:.0} runs/s)",
+            saturated_for.as_secs_f64(),
+            took.as_secs_f64(),
+            drained / took.as_secs_f64().max(1e-9)
+        ),
         format!(
             "{backend:?} completion under a c=64 flood ({:.0} admissions/s): {completed:>7.0} runs/s = {:.0} % of alone; {slots:.1} of 32 slots busy while runs waited; {backlog} PENDING at the end",
             flood.per_sec,
@@ -309,13 +355,23 @@ async fn wal_phase(runs_total: usize) -> Result<Vec<String>> {
     Ok(vec![line])
 }
 
-async fn cancel_phase(held: usize) -> Result<Vec<String>> {
+async fn cancel_phase(held: usize, http2: bool) -> Result<Vec<String>> {
     // A model that keeps its stream open: one chunk every 2 s for a minute.
     let turn = Turn::text(&"slow ".repeat(30)).slow(2000);
-    let double = LlmDouble::start_with(vec![turn], AfterLast::Repeat, Select::ByHistory).await?;
+    let (double, models) = if http2 {
+        // As OpenAI and Anthropic are reached (HTTP/2 over TLS): every call a stream on one connection.
+        // The double allows all the held streams at once; a real upstream advertises its own limit.
+        let double = LlmDouble::start_h2(vec![turn], AfterLast::Repeat, Select::ByHistory, (held + 100) as u32).await?;
+        let models = double.models_yaml_h2();
+        (double, models)
+    } else {
+        let double = LlmDouble::start_with(vec![turn], AfterLast::Repeat, Select::ByHistory).await?;
+        let models = double.models_yaml();
+        (double, models)
+    };
     let db = TestDb::new(Backend::Sqlite).await?;
     let extra = format!("  max_concurrent_runs: {}\n", held + 10);
-    let server = start("antler", Launch::new(["up"]).config(agent_config(&db, &double.models_yaml(), &extra)).env("RUST_LOG", "warn"))?;
+    let server = start("antler", Launch::new(["up"]).config(agent_config(&db, &models, &extra)).env("RUST_LOG", "warn"))?;
     let clients = channels(&server).await?;
     // Warm up with one run so first-use allocations are not counted per run.
     let mut first = clients[0].clone();
@@ -352,6 +408,7 @@ async fn cancel_phase(held: usize) -> Result<Vec<String>> {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss1 = rss_kib(server.pid());
+    let connections = double.connections();
     let per_run = (rss1.saturating_sub(rss0)) as f64 / held as f64;
     // Time to look inside the server while the runs are held (a heap profiler's snapshot, say).
     let hold = env_or("STORE_BENCH_HOLD_SECS", 0u64);
@@ -383,7 +440,8 @@ async fn cancel_phase(held: usize) -> Result<Vec<String>> {
         }
     }
     let line = format!(
-        "{held} lead runs held on open model streams: RSS +{:.1} MiB = {per_run:.1} KiB per run; 300 concurrent CancelRun: {ok} OK, {} refused {:?}; the other {}: {rest_ok} OK",
+        "{held} lead runs held on open model streams (upstream {}, {connections} connections): RSS +{:.1} MiB = {per_run:.1} KiB per run; 300 concurrent CancelRun: {ok} OK, {} refused {:?}; the other {}: {rest_ok} OK",
+        if http2 { "HTTP/2 h2c" } else { "HTTP/1.1" },
         (rss1.saturating_sub(rss0)) as f64 / 1024.0,
         refused.len(),
         refused.first(),
@@ -414,7 +472,12 @@ async fn main() -> Result<()> {
         report.extend(wal_phase(env_or("STORE_BENCH_WAL_RUNS", 20_000)).await?);
     }
     if wanted("cancel") {
-        report.extend(cancel_phase(env_or("STORE_BENCH_HELD_RUNS", 1000)).await?);
+        let upstream = std::env::var("STORE_BENCH_UPSTREAM").unwrap_or_else(|_| "http1,http2".to_owned());
+        for http2 in [false, true] {
+            if upstream.split(',').any(|u| u.trim() == if http2 { "http2" } else { "http1" }) {
+                report.extend(cancel_phase(env_or("STORE_BENCH_HELD_RUNS", 1000), http2).await?);
+            }
+        }
     }
     println!("\n== summary");
     for line in report {

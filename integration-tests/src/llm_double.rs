@@ -108,6 +108,8 @@ struct Shared {
     requests: Vec<Value>,
     /// Streams the client closed before `[DONE]`.
     aborted: usize,
+    /// TCP connections accepted.
+    connections: usize,
 }
 
 /// The running double; stops when dropped.
@@ -132,7 +134,7 @@ impl LlmDouble {
 
     /// Starts the double with `turns`, chosen by `select`.
     pub async fn start_with(turns: Vec<Turn>, after_last: AfterLast, select: Select) -> Result<Self> {
-        Self::serve_routes(vec![route("", turns)], after_last, select).await
+        Self::listen(vec![route("", turns)], after_last, select, Protocol::Http1).await
     }
 
     /// Starts the double with one script per conversation: a request follows the first route whose
@@ -141,26 +143,44 @@ impl LlmDouble {
     /// task) each follow their own script, in any interleaving. A request no route matches is
     /// refused (HTTP 400).
     pub async fn start_routed(routes: Vec<Route>, after_last: AfterLast) -> Result<Self> {
-        Self::serve_routes(routes, after_last, Select::ByHistory).await
+        Self::listen(routes, after_last, Select::ByHistory, Protocol::Http1).await
     }
 
-    async fn serve_routes(routes: Vec<Route>, after_last: AfterLast, select: Select) -> Result<Self> {
+    /// Starts the double speaking HTTP/2 without TLS (h2c, the client must know it beforehand): every
+    /// request of a client is a stream on one connection, as with a production upstream that negotiates
+    /// HTTP/2 over TLS. It accepts up to `max_streams` streams at once per connection.
+    pub async fn start_h2(turns: Vec<Turn>, after_last: AfterLast, select: Select, max_streams: u32) -> Result<Self> {
+        Self::listen(vec![route("", turns)], after_last, select, Protocol::Http2 { max_streams }).await
+    }
+
+    async fn listen(routes: Vec<Route>, after_last: AfterLast, select: Select, protocol: Protocol) -> Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Mutex::new(Shared::default()));
-        let routes = Arc::new(routes);
-        let state = shared.clone();
+        let script = Arc::new(Script { routes, after_last, select, state: shared.clone() });
         let task = tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
-                let (routes, state) = (routes.clone(), state.clone());
+                if let Ok(mut shared) = script.state.lock() {
+                    shared.connections += 1;
+                }
+                let script = script.clone();
                 tokio::spawn(async move {
-                    if let Err(error) = serve(socket, &routes, after_last, select, &state).await {
+                    let served = match protocol {
+                        Protocol::Http1 => serve(socket, &script).await,
+                        Protocol::Http2 { max_streams } => h2::serve(socket, script, max_streams).await,
+                    };
+                    if let Err(error) = served {
                         eprintln!("llm double: connection failed: {error}");
                     }
                 });
             }
         });
         Ok(Self { addr, shared, task })
+    }
+
+    /// TCP connections accepted so far (HTTP/1.1: one per request; HTTP/2: one per client).
+    pub fn connections(&self) -> usize {
+        self.shared.lock().map(|s| s.connections).unwrap_or_default()
     }
 
     /// `http://addr/v1`, the `base_url` of a model entry.
@@ -189,6 +209,12 @@ impl LlmDouble {
             "models:\n  - name: double\n    provider: openai\n    model: double-1\n    base_url: {}\n    api_key: sk-double\n    max_retries: 0\n",
             self.base_url()
         )
+    }
+
+    /// [`LlmDouble::models_yaml`] for a double started with [`LlmDouble::start_h2`]: the models service
+    /// speaks HTTP/2 to it from the first byte.
+    pub fn models_yaml_h2(&self) -> String {
+        format!("{}    http2_prior_knowledge: true\n", self.models_yaml())
     }
 }
 
@@ -232,6 +258,76 @@ fn presented_key(head: &str) -> String {
         .unwrap_or_default()
 }
 
+#[derive(Debug, Clone, Copy)]
+enum Protocol {
+    Http1,
+    Http2 { max_streams: u32 },
+}
+
+/// What the double answers with, and what it has seen.
+#[derive(Debug)]
+struct Script {
+    routes: Vec<Route>,
+    after_last: AfterLast,
+    select: Select,
+    state: Arc<Mutex<Shared>>,
+}
+
+/// The answer to one request, whatever the protocol.
+#[derive(Debug)]
+enum Answer {
+    /// An error status with a JSON body.
+    Refuse { status: u16, body: String },
+    /// `data:` payloads, each after `delay_ms`, then `[DONE]`.
+    Stream { events: Vec<String>, delay_ms: u64 },
+}
+
+impl Script {
+    /// Records the request (its JSON body and the key it presented) and picks the answer.
+    fn answer(&self, body: &[u8], key: &str) -> Result<Answer> {
+        let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let answered = request["messages"].as_array().map(|m| m.iter().filter(|m| m["role"] == "assistant").count()).unwrap_or(0);
+        let first_user = first_user_text(&request);
+        let turns: &[Turn] = self.routes.iter().find(|r| first_user.contains(&r.marker)).map(|r| r.turns.as_slice()).unwrap_or(&[]);
+        let index = {
+            let mut shared = self.state.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+            shared.requests.push(request);
+            match self.select {
+                Select::InOrder => shared.requests.len() - 1,
+                Select::ByHistory => answered,
+            }
+        };
+        let turn = match turns.get(index) {
+            Some(turn) => turn.clone(),
+            None if self.after_last == AfterLast::Repeat && !turns.is_empty() => {
+                let mut turn = turns[turns.len() - 1].clone();
+                for call in &mut turn.calls {
+                    call.id = format!("{}-r{index}", call.id);
+                }
+                turn
+            }
+            None => {
+                let body = r#"{"error":{"message":"the double's script is used up","type":"invalid_request_error"}}"#;
+                return Ok(Answer::Refuse { status: 400, body: body.to_owned() });
+            }
+        };
+        if let Some(status) = turn.refuse {
+            // One body both providers parse: Anthropic's envelope with OpenAI's wording.
+            let body = json!({"type": "error", "error": {"type": "authentication_error", "code": "invalid_api_key",
+                "message": format!("Incorrect API key provided: {key}. You can find your API key in your account settings.")}})
+            .to_string();
+            return Ok(Answer::Refuse { status, body });
+        }
+        Ok(Answer::Stream { events: events(&turn, index), delay_ms: turn.chunk_delay_ms })
+    }
+
+    fn aborted(&self) {
+        if let Ok(mut shared) = self.state.lock() {
+            shared.aborted += 1;
+        }
+    }
+}
+
 /// The content of a request's first user message, as JSON text (string or parts).
 fn first_user_text(request: &Value) -> String {
     request["messages"]
@@ -241,67 +337,120 @@ fn first_user_text(request: &Value) -> String {
         .unwrap_or_default()
 }
 
-async fn serve(mut socket: TcpStream, routes: &[Route], after_last: AfterLast, select: Select, state: &Mutex<Shared>) -> Result<()> {
+async fn serve(mut socket: TcpStream, script: &Script) -> Result<()> {
     let Some((head, body)) = read_request(&mut socket).await? else { return Ok(()) };
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let answered = request["messages"].as_array().map(|m| m.iter().filter(|m| m["role"] == "assistant").count()).unwrap_or(0);
-    let first_user = first_user_text(&request);
-    let turns: &[Turn] = routes.iter().find(|r| first_user.contains(&r.marker)).map(|r| r.turns.as_slice()).unwrap_or(&[]);
-    let index = {
-        let mut shared = state.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
-        shared.requests.push(request);
-        match select {
-            Select::InOrder => shared.requests.len() - 1,
-            Select::ByHistory => answered,
-        }
-    };
-    let turn = match turns.get(index) {
-        Some(turn) => turn.clone(),
-        None if after_last == AfterLast::Repeat && !turns.is_empty() => {
-            let mut turn = turns[turns.len() - 1].clone();
-            for call in &mut turn.calls {
-                call.id = format!("{}-r{index}", call.id);
-            }
-            turn
-        }
-        None => {
-            let body = r#"{"error":{"message":"the double's script is used up","type":"invalid_request_error"}}"#;
+    let (events, delay_ms) = match script.answer(&body, &presented_key(&head))? {
+        Answer::Refuse { status, body } => {
+            let reason = if status == 400 { "Bad Request" } else { "Refused" };
             let response = format!(
-                "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
             socket.write_all(response.as_bytes()).await?;
             return Ok(());
         }
+        Answer::Stream { events, delay_ms } => (events, delay_ms),
     };
-    if let Some(status) = turn.refuse {
-        // One body both providers parse: Anthropic's envelope with OpenAI's wording.
-        let body = json!({"type": "error", "error": {"type": "authentication_error", "code": "invalid_api_key",
-            "message": format!("Incorrect API key provided: {}. You can find your API key in your account settings.", presented_key(&head))}})
-        .to_string();
-        let response = format!(
-            "HTTP/1.1 {status} Refused\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        socket.write_all(response.as_bytes()).await?;
-        return Ok(());
-    }
     socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n").await?;
-    for event in events(&turn, index) {
-        if turn.chunk_delay_ms > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(turn.chunk_delay_ms)).await;
+    for event in events {
+        if delay_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
         }
         let written = socket.write_all(format!("data: {event}\n\n").as_bytes()).await;
         if written.is_err() || socket.flush().await.is_err() {
-            if let Ok(mut shared) = state.lock() {
-                shared.aborted += 1;
-            }
+            script.aborted();
             return Ok(());
         }
     }
     socket.write_all(b"data: [DONE]\n\n").await?;
     socket.shutdown().await?;
     Ok(())
+}
+
+/// The HTTP/2 side, on hyper's server (the HTTP/1.1 side above is hand-written so that tests control
+/// every byte of it; HTTP/2 framing is not worth writing by hand).
+mod h2 {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use anyhow::Result;
+    use bytes::Bytes;
+    use futures::StreamExt;
+    use http_body_util::combinators::UnsyncBoxBody;
+    use http_body_util::{BodyExt, Full, StreamBody};
+    use hyper::body::{Frame, Incoming};
+    use hyper::{Request, Response};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio::net::TcpStream;
+
+    use super::{Answer, Script};
+
+    type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+    /// Counts the stream as aborted if it is dropped before its last event (the client reset it).
+    struct Abandoned {
+        script: Arc<Script>,
+        finished: bool,
+    }
+
+    impl Drop for Abandoned {
+        fn drop(&mut self) {
+            if !self.finished {
+                self.script.aborted();
+            }
+        }
+    }
+
+    pub(super) async fn serve(socket: TcpStream, script: Arc<Script>, max_streams: u32) -> Result<()> {
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let script = script.clone();
+            async move { respond(request, script).await }
+        });
+        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .max_concurrent_streams(max_streams)
+            .serve_connection(TokioIo::new(socket), service)
+            .await?;
+        Ok(())
+    }
+
+    async fn respond(request: Request<Incoming>, script: Arc<Script>) -> Result<Response<Body>> {
+        let headers = request.headers();
+        let key = match (headers.get("authorization"), headers.get("x-api-key")) {
+            (Some(v), _) => v.to_str().unwrap_or_default().trim_start_matches("Bearer ").to_owned(),
+            (None, Some(v)) => v.to_str().unwrap_or_default().to_owned(),
+            (None, None) => String::new(),
+        };
+        let body = request.into_body().collect().await?.to_bytes();
+        match script.answer(&body, &key)? {
+            Answer::Refuse { status, body } => Ok(Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)).boxed_unsync())?),
+            Answer::Stream { events, delay_ms } => {
+                let guard = Abandoned { script, finished: false };
+                let frames = futures::stream::unfold((events.into_iter(), Some(guard)), move |(mut events, mut guard)| async move {
+                    let next = match events.next() {
+                        Some(event) => format!("data: {event}\n\n"),
+                        None => {
+                            let mut guard = guard.take()?;
+                            guard.finished = true;
+                            "data: [DONE]\n\n".to_owned()
+                        }
+                    };
+                    if delay_ms > 0 && guard.is_some() {
+                        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                    }
+                    Some((Ok::<_, Infallible>(Frame::data(Bytes::from(next))), (events, guard)))
+                });
+                Ok(Response::builder()
+                    .status(200)
+                    .header("content-type", "text/event-stream")
+                    .header("cache-control", "no-cache")
+                    .body(StreamBody::new(frames.boxed()).boxed_unsync())?)
+            }
+        }
+    }
 }
 
 fn chunk(index: usize, delta: Value, finish: Option<&str>) -> Value {

@@ -4,9 +4,12 @@
 
 use antler_integration_tests::db::{BACKENDS, Backend, TestDb};
 use antler_integration_tests::memory::*;
+use antler_integration_tests::metrics::{metrics_url, scrape, with_metrics};
 use antler_integration_tests::runs::authed;
+use antler_integration_tests::{Launch, start};
 use antler_proto::common::{PageRequest, Role};
 use antler_proto::memory::*;
+use sea_orm::ConnectionTrait;
 use tonic::Code;
 
 fn tiktoken(text: &str) -> usize {
@@ -247,6 +250,154 @@ async fn the_queue_is_bounded_and_replaces_the_waiting_update() -> anyhow::Resul
     assert!(status.message().contains("memory.queue_max_depth = 3"), "{}", status.message());
     // Replacing still works when the queue is full: it does not add an item.
     assert!(queue(&mut memory, ALICE, "t-2", conversation("I work nights as a nurse"), false).await?.replaced_pending);
+    Ok(())
+}
+
+/// QueueUpdate commits the updates that arrive together in one transaction (group commit), and each
+/// keeps the outcome it would have had alone: new threads beyond the bound are refused one by one,
+/// replacements are always accepted, the depths the accepted ones report count up to the bound.
+#[tokio::test]
+async fn concurrent_queue_updates_are_committed_together_each_with_its_own_outcome() -> anyhow::Result<()> {
+    const BOUND: u32 = 10;
+    const NEW: usize = 32;
+    for backend in BACKENDS {
+        let db = TestDb::new(backend).await?;
+        let yaml = config(&db, &format!("  queue_max_depth: {BOUND}\n  debounce_seconds: 300\n"), "");
+        let server = start("antler-memory", Launch::default().config(with_metrics(&yaml, "[1, 2, 4, 8, 16, 32, 64, 128]")))?;
+        let url = metrics_url(&server)?;
+        let mut channels = Vec::new();
+        for _ in 0..4 {
+            channels.push(client(&server).await?);
+        }
+        queue(&mut channels[0], ALICE, "waiting-a", conversation("I like green tea"), false).await?;
+        queue(&mut channels[0], BOB, "waiting-b", conversation("I live in Oslo"), false).await?;
+
+        // All at once: NEW updates of new threads and a replacement of each waiting one.
+        let mut calls = Vec::new();
+        for i in 0..NEW + 2 {
+            let mut memory = channels[i % channels.len()].clone();
+            let (key, thread, text) = match i {
+                0 => (ALICE, "waiting-a".to_owned(), "I like green tea and oolong".to_owned()),
+                1 => (BOB, "waiting-b".to_owned(), "I live in Oslo and work in Bergen".to_owned()),
+                _ => (if i % 2 == 0 { ALICE } else { BOB }, format!("new-{i}"), format!("Detail number {i} about my week")),
+            };
+            calls.push(tokio::spawn(async move { (thread.clone(), queue(&mut memory, key, &thread, conversation(&text), false).await) }));
+        }
+        let (mut depths, mut refused) = (Vec::new(), 0);
+        for call in calls {
+            let (thread, outcome) = call.await?;
+            match outcome {
+                Ok(r) if thread.starts_with("waiting-") => {
+                    assert!(r.replaced_pending, "{backend:?} {thread}: {r:?}");
+                    assert!((2..=BOUND).contains(&r.queue_depth) && (1..=r.queue_depth).contains(&r.queue_position), "{r:?}");
+                }
+                Ok(r) => {
+                    assert!(!r.replaced_pending, "{r:?}");
+                    assert!((1..=r.queue_depth).contains(&r.queue_position), "{r:?}");
+                    depths.push(r.queue_depth);
+                }
+                Err(error) => {
+                    let status = error.downcast::<tonic::Status>()?;
+                    assert_eq!(status.code(), Code::ResourceExhausted, "{backend:?} {thread}: {status:?}");
+                    assert!(status.message().contains("memory.queue_max_depth = 10"), "{}", status.message());
+                    refused += 1;
+                }
+            }
+        }
+        depths.sort_unstable();
+        assert_eq!(depths, (3..=BOUND).collect::<Vec<_>>(), "{backend:?}: the accepted new threads fill the queue one by one");
+        assert_eq!(refused, NEW - (BOUND as usize - 2), "{backend:?}: the rest are refused, each alone");
+
+        // What is stored: exactly the bound, the replacements' newer texts, nothing of a refused one.
+        let conn = db.connect().await?;
+        let rows = conn
+            .query_all_raw(sea_orm::Statement::from_string(
+                conn.get_database_backend(),
+                "SELECT thread_id, conversation FROM memory_updates WHERE status = 'pending' ORDER BY thread_id",
+            ))
+            .await?;
+        assert_eq!(rows.len(), BOUND as usize, "{backend:?}");
+        let mut threads = Vec::new();
+        for row in &rows {
+            let (thread, conversation): (String, String) = (row.try_get("", "thread_id")?, row.try_get("", "conversation")?);
+            if thread == "waiting-a" {
+                assert!(conversation.contains("oolong"), "{conversation}");
+            }
+            if thread == "waiting-b" {
+                assert!(conversation.contains("Bergen"), "{conversation}");
+            }
+            threads.push(thread);
+        }
+        assert!(threads.contains(&"waiting-a".to_owned()) && threads.contains(&"waiting-b".to_owned()), "{threads:?}");
+
+        // Fewer transactions than updates: some were committed together.
+        let scrape = scrape(&url).await?;
+        let batches = scrape.value("antler_memory_queue_batch_size_count", &[]);
+        let updates = scrape.value("antler_memory_queue_batch_size_sum", &[]);
+        assert_eq!(updates, (NEW + 4) as f64, "{backend:?}: every update went through the batcher");
+        assert!(batches < updates, "{backend:?}: {batches} batches for {updates} updates");
+    }
+    Ok(())
+}
+
+/// A cold RenderInjection reads a scope in one statement whose facts come back as one JSON array: the
+/// facts, sections and revisions it reads are exactly what the row-by-row queries read, on both
+/// backends — floats that 15 digits do not round-trip, quotes, newlines, non-ASCII text, NULLs.
+#[tokio::test]
+async fn the_one_statement_render_snapshot_reads_exactly_what_the_row_queries_read() -> anyhow::Result<()> {
+    use antler_memory::facts::{self, Scope};
+    use antler_memory::render_cache::{Loaded, Snapshot};
+    for backend in BACKENDS {
+        let db = TestDb::new(backend).await?;
+        let server = start_memory(&db, "")?;
+        let mut memory = client(&server).await?;
+        let document = r#"{"version": "1.0", "user": {"workContext": {"summary": "Writes \"quoted\" text\nover two lines, naïvely"}},
+            "history": {"recentMonths": {"summary": "Moved to Zürich ✈"}}, "facts": []}"#;
+        memory.import_memory(authed(ImportMemoryRequest { document: document.into(), ..Default::default() }, ALICE)).await?;
+        let awkward = [0.7 + 0.29, 0.1 + 0.2, 1.0 / 3.0, 0.95, 1.0, 0.0];
+        for (i, confidence) in awkward.into_iter().enumerate() {
+            let content = format!("Fact {i}: \"quotes\", back\\slash, tab\there, 日本語, emoji 🦀");
+            add_fact(&mut memory, ALICE, add(&content, FactCategory::Knowledge, confidence)).await?;
+        }
+        let mut labelled = add("Collects vinyl records", FactCategory::Other, 0.8);
+        labelled.category_label = "hobby".into();
+        add_fact(&mut memory, ALICE, labelled).await?;
+        let mut correction = add("The office is in Basel", FactCategory::Correction, 0.9);
+        correction.source_error = "said Bern".into();
+        add_fact(&mut memory, ALICE, correction).await?;
+        let gone = add_fact(&mut memory, ALICE, add("Lives in Geneva", FactCategory::Context, 0.9)).await?;
+        memory.delete_fact(authed(DeleteFactRequest { fact_id: gone.id, ..Default::default() }, ALICE)).await?;
+        let mut other_agent = add("Prefers tabs", FactCategory::Preference, 0.9);
+        other_agent.agent_name = "coder".into();
+        add_fact(&mut memory, ALICE, other_agent).await?;
+
+        let conn = db.connect().await?;
+        for (user, agent, live) in [("alice", "", 8), ("alice", "coder", 1), ("nobody", "", 0)] {
+            let scope = Scope::new(user, agent);
+            let snapshot = Snapshot::load(&conn, &scope).await?;
+            let mut expected = facts::live(&conn, &scope).await?;
+            let mut got = snapshot.live.clone();
+            expected.sort_by_key(|f| f.doc);
+            got.sort_by_key(|f| f.doc);
+            assert_eq!(got.len(), live, "{backend:?} {user}/{agent}");
+            assert_eq!(got, expected, "{backend:?} {user}/{agent}: every column of every live fact");
+            assert_eq!(snapshot.profile, antler_memory::profile::load(&conn, user).await?, "{backend:?} {user}");
+            assert_eq!(snapshot.revisions, facts::revisions(&conn, &scope).await?, "{backend:?} {user}/{agent}");
+        }
+        let alice = Snapshot::load(&conn, &Scope::new("alice", "")).await?;
+        // A kept snapshot at the current revisions costs the same statement without the rows.
+        let unchanged = Snapshot::load_if_changed(&conn, &Scope::new("alice", ""), Some(alice.revisions)).await?;
+        assert!(matches!(unchanged, Loaded::Unchanged), "{backend:?}: {unchanged:?}");
+        let stale = (alice.revisions.0, alice.revisions.1 - 1);
+        let fresh = Snapshot::load_if_changed(&conn, &Scope::new("alice", ""), Some(stale)).await?;
+        assert!(matches!(&fresh, Loaded::Fresh(s) if s.live.len() == 8 && s.revisions == alice.revisions), "{backend:?}: {fresh:?}");
+        for confidence in awkward {
+            assert!(
+                alice.live.iter().any(|f| f.confidence.to_bits() == confidence.to_bits()),
+                "{backend:?}: {confidence:?} read back exactly"
+            );
+        }
+    }
     Ok(())
 }
 

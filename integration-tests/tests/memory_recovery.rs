@@ -103,6 +103,88 @@ async fn two_replicas_on_postgres_process_each_update_exactly_once() -> anyhow::
     Ok(())
 }
 
+/// The group commit across replicas: every thread is queued through both replicas at once (c = 16), so
+/// batches on A and B race for the same keys; whichever commits second replaces the first's row. Each
+/// thread ends as one update, extracted exactly once.
+#[tokio::test]
+async fn two_replicas_queueing_the_same_threads_at_once_extract_each_thread_once() -> anyhow::Result<()> {
+    const THREADS: usize = 30;
+    let double = LlmDouble::start(numbered(THREADS), AfterLast::Refuse).await?;
+    let db = TestDb::new(Backend::Postgres).await?;
+    let extra = "  workers: 4\n  poll_interval_ms: 100\n  debounce_seconds: 300\n";
+    let a = start_up(&db, extra, &double.models_yaml(), None)?;
+    let b = start_up(&db, extra, &double.models_yaml(), None)?;
+    let (ma, mb) = (client(&a).await?, client(&b).await?);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let mut memory = if t % 2 == 0 { ma.clone() } else { mb.clone() };
+        let next = next.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut replaced = 0;
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= 2 * THREADS {
+                    return anyhow::Ok(replaced);
+                }
+                let (thread, via) = (i / 2, if i.is_multiple_of(2) { "first" } else { "second" });
+                let text = format!("Detail {thread} about my life, told the {via} time");
+                let r = queue(&mut memory, ALICE, &format!("thread-{thread}"), conversation(&text), false).await?;
+                replaced += usize::from(r.replaced_pending);
+            }
+        }));
+    }
+    let mut replaced = 0;
+    for task in tasks {
+        replaced += task.await??;
+    }
+    assert_eq!(replaced, THREADS, "one of each thread's two updates replaced the other");
+    assert!(double.requests().is_empty(), "nothing is due before the flush (debounce 300 s)");
+    let (mut ma, mut mb) = (ma, mb);
+    let flushed = flush_wait(&mut ma, ALICE, WAIT).await?;
+    assert!(flushed.completed && flushed.flushed as usize == THREADS, "{flushed:?}");
+    assert_eq!(flush_wait(&mut mb, ALICE, WAIT).await?.pending, 0);
+    assert_eq!(double.requests().len(), THREADS, "exactly one extraction per thread across both replicas");
+    let facts = active_facts(&mut ma, ALICE).await?;
+    assert_eq!(facts.len(), THREADS, "no update applied twice");
+    let applied = a.stderr().matches("memory update applied").count() + b.stderr().matches("memory update applied").count();
+    assert_eq!(applied, THREADS);
+    Ok(())
+}
+
+/// Without FlushUpdates an update is extracted when it falls due: QueueUpdate wakes the workers only
+/// when the update is due before their next look at the queue (`poll_interval_ms`); otherwise they
+/// find it when they look, and sleep until it is due.
+#[tokio::test]
+async fn updates_are_extracted_when_due_without_a_flush() -> anyhow::Result<()> {
+    async fn extracted_after(extra: &str, immediate: bool) -> anyhow::Result<Duration> {
+        let double = LlmDouble::start(numbered(1), AfterLast::Refuse).await?;
+        let db = TestDb::new(Backend::Sqlite).await?;
+        let server = start_up(&db, extra, &double.models_yaml(), None)?;
+        let mut memory = client(&server).await?;
+        // Let the workers settle into their sleep first.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let started = Instant::now();
+        queue(&mut memory, ALICE, "t-due", conversation("I keep bees on the roof of my building"), immediate).await?;
+        while active_facts(&mut memory, ALICE).await?.is_empty() {
+            anyhow::ensure!(started.elapsed() < Duration::from_secs(20), "not extracted after 20 s ({extra:?}, immediate {immediate})");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(double.requests().len(), 1);
+        Ok(started.elapsed())
+    }
+    // Workers that would look again only in a minute: an immediate update wakes them.
+    let took = extracted_after("  debounce_seconds: 1\n  poll_interval_ms: 60000\n", true).await?;
+    assert!(took < Duration::from_secs(10), "immediate: {took:?}");
+    // Due in a second, before their next look: woken to sleep until it is due, not before.
+    let took = extracted_after("  debounce_seconds: 1\n  poll_interval_ms: 60000\n", false).await?;
+    assert!(took >= Duration::from_millis(1000) && took < Duration::from_secs(10), "debounced, long poll: {took:?}");
+    // Due after their next look (every 200 ms): found by looking.
+    let took = extracted_after("  debounce_seconds: 1\n  poll_interval_ms: 200\n", false).await?;
+    assert!(took >= Duration::from_millis(1000) && took < Duration::from_secs(10), "debounced, short poll: {took:?}");
+    Ok(())
+}
+
 /// RenderInjection keeps a scope's facts between calls while its revision stands: a fact added
 /// through another replica is in the very next render on this one, and a deleted one is gone.
 #[tokio::test]

@@ -394,13 +394,18 @@ impl memory_service_server::MemoryService for MemoryApi {
         let mut filtered = filter::filter(&r.messages);
         filter::bound(&mut filtered.turns, self.memory.config.max_conversation_chars as usize);
         let delay_ms = if r.immediate { 0 } else { (self.memory.config.debounce_seconds * 1000) as i64 };
-        let queued = queue::enqueue(
-            &self.memory.store,
-            Enqueue { scope: &scope, thread_id: &r.thread_id, run_id: &r.run_id, model_name: &r.model_name, filtered, delay_ms },
-            self.memory.config.queue_max_depth,
-        )
-        .await?;
-        self.memory.wake.notify_waiters();
+        let queued = self
+            .memory
+            .queue_writer
+            .enqueue(Enqueue { scope, thread_id: r.thread_id, run_id: r.run_id, model_name: r.model_name, filtered, delay_ms })
+            .await?;
+        // Idle workers look at the queue again within `poll_interval_ms` and then sleep until the
+        // earliest due update, so only an update due sooner needs them now. Waking them for every update
+        // made each idle worker run a claim transaction through the one SQLite writer per QueueUpdate
+        // (four with `workers: 4`), which is what bounded QueueUpdate/s.
+        if delay_ms < self.memory.config.poll_interval_ms as i64 {
+            self.memory.wake.notify_waiters();
+        }
         Ok(Response::new(QueueUpdateResponse {
             queue_position: u32::try_from(queued.position).unwrap_or(u32::MAX),
             queue_depth: u32::try_from(queued.depth).unwrap_or(u32::MAX),

@@ -61,7 +61,7 @@ pub struct MemoryConfig {
     /// Updates processed at once by this replica.
     pub workers: u32,
     /// How often a worker looks for due updates another replica queued, in milliseconds (in one
-    /// process, QueueUpdate and FlushUpdates wake the workers at once).
+    /// process, FlushUpdates and a QueueUpdate due sooner than this wake the workers at once).
     pub poll_interval_ms: u64,
     /// Finished updates kept for FlushUpdates outcomes, in seconds, then deleted.
     pub retain_finished_secs: u64,

@@ -3,7 +3,8 @@
 //!
 //! Where things happen, by file: the RPC handlers and their validation (`api.rs`), facts and search
 //! (`facts.rs`), summary sections (`profile.rs`), the injection block (`render.rs`), the queue and its
-//! claim (`queue.rs`), extraction workers (`worker.rs`), the prompt and answer schema (`extract.rs`),
+//! claim (`queue.rs`), QueueUpdate's group commit (`queue_batch.rs`), extraction workers (`worker.rs`),
+//! the prompt and answer schema (`extract.rs`),
 //! message filtering (`filter.rs`), junk guards (`guards.rs`), DeerFlow memory.json (`import.rs`).
 //!
 //! [`SERVICE`] plugs it into a server binary (`antler-memory`, or `antler up` with every other service).
@@ -18,6 +19,7 @@ pub mod guards;
 pub mod import;
 pub mod profile;
 pub mod queue;
+pub mod queue_batch;
 pub mod relevance;
 pub mod render;
 pub mod render_cache;

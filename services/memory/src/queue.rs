@@ -33,13 +33,40 @@ pub struct Queued {
 
 /// One update to enqueue.
 #[derive(Debug)]
-pub struct Enqueue<'a> {
-    pub scope: &'a Scope,
-    pub thread_id: &'a str,
-    pub run_id: &'a str,
-    pub model_name: &'a str,
+pub struct Enqueue {
+    pub scope: Scope,
+    pub thread_id: String,
+    pub run_id: String,
+    pub model_name: String,
     pub filtered: Filtered,
     pub delay_ms: i64,
+}
+
+impl Enqueue {
+    /// The stored forms of the conversation slice and the refusals (JSON).
+    pub fn encoded(&self) -> Result<(String, String), MemoryError> {
+        let conversation = serde_json::to_string(&self.filtered.turns).map_err(|e| MemoryError::Internal(e.to_string()))?;
+        let refusals = serde_json::to_string(&self.filtered.refusals).map_err(|e| MemoryError::Internal(e.to_string()))?;
+        Ok((conversation, refusals))
+    }
+}
+
+/// The refusal of a new key when `depth` updates wait and the limit is `max_depth` (counted by the
+/// caller once the refusal is final: [`count_rejected`]).
+pub fn queue_full(depth: u64, max_depth: u64) -> MemoryError {
+    MemoryError::ResourceExhausted(format!(
+        "the memory queue is full: {depth} updates are waiting (limit memory.queue_max_depth = {max_depth})\nhint: retry later"
+    ))
+}
+
+/// Counts a refused update.
+pub fn count_rejected() {
+    metrics::counter!("antler_memory_queue_rejected_total").increment(1);
+}
+
+/// Counts an accepted update.
+pub fn count_queued(replaced: bool) {
+    metrics::counter!("antler_memory_updates_queued_total", "replaced" => if replaced { "true" } else { "false" }).increment(1);
 }
 
 async fn count(db: &impl ConnectionTrait, sql: &str, values: Vec<sea_orm::Value>) -> Result<u64, StoreError> {
@@ -51,14 +78,14 @@ async fn count(db: &impl ConnectionTrait, sql: &str, values: Vec<sea_orm::Value>
     Ok(n.max(0) as u64)
 }
 
-/// Stores an update: replaces the waiting one of the same key, or adds one if the queue has room.
+/// Stores one update in a transaction of its own: replaces the waiting one of the same key, or adds
+/// one if the queue has room. QueueUpdate goes through the group commit of [`crate::queue_batch`];
+/// this is its path for a batch that could not be committed as a whole.
 ///
-/// One count and one upsert per update (the unique index on the pending key makes a concurrent insert
-/// of the same key, from any replica, an update of the waiting row): every statement is a round trip to
-/// SQLite's driver thread under the one writer, so their number bounds QueueUpdate/s.
-pub async fn enqueue(store: &Store, item: Enqueue<'_>, max_depth: u64) -> Result<Queued, MemoryError> {
-    let conversation = serde_json::to_string(&item.filtered.turns).map_err(|e| MemoryError::Internal(e.to_string()))?;
-    let refusals = serde_json::to_string(&item.filtered.refusals).map_err(|e| MemoryError::Internal(e.to_string()))?;
+/// One count and one upsert (the unique index on the pending key makes a concurrent insert of the same
+/// key, from any replica, an update of the waiting row).
+pub async fn enqueue(store: &Store, item: &Enqueue, max_depth: u64) -> Result<Queued, MemoryError> {
+    let (conversation, refusals) = item.encoded()?;
     let now = now_ms();
     let scheduled_at = now + item.delay_ms;
     let tx = store.tx().await?;
@@ -94,9 +121,9 @@ pub async fn enqueue(store: &Store, item: Enqueue<'_>, max_depth: u64) -> Result
                 update_id.clone().into(),
                 item.scope.user.clone().into(),
                 item.scope.agent.clone().into(),
-                item.thread_id.into(),
-                item.run_id.into(),
-                item.model_name.into(),
+                item.thread_id.clone().into(),
+                item.run_id.clone().into(),
+                item.model_name.clone().into(),
                 conversation.into(),
                 refusals.into(),
                 item.filtered.message_id.clone().into(),
@@ -120,15 +147,13 @@ pub async fn enqueue(store: &Store, item: Enqueue<'_>, max_depth: u64) -> Result
     } else {
         if max_depth > 0 && depth >= max_depth {
             // Dropping the transaction undoes the insert.
-            metrics::counter!("antler_memory_queue_rejected_total").increment(1);
-            return Err(MemoryError::ResourceExhausted(format!(
-                "the memory queue is full: {depth} updates are waiting (limit memory.queue_max_depth = {max_depth})\nhint: retry later"
-            )));
+            count_rejected();
+            return Err(queue_full(depth, max_depth));
         }
         (depth + 1, ahead + 1)
     };
     tx.commit().await?;
-    metrics::counter!("antler_memory_updates_queued_total", "replaced" => if replaced { "true" } else { "false" }).increment(1);
+    count_queued(replaced);
     Ok(Queued { position: position.max(1), depth, replaced, scheduled_at })
 }
 

@@ -13,8 +13,9 @@ use crate::error::MemoryError;
 use crate::facts::{self, NewFact, Scope};
 use crate::profile::{self, Profile};
 use crate::render::{self, Budget, Rendered};
-use crate::store::Store;
+use crate::render_cache::{Loaded, Snapshot};
 use crate::store::entity::facts::Model as Fact;
+use crate::store::{Store, StoreError};
 
 /// Everything the service holds.
 pub struct Memory {
@@ -30,6 +31,8 @@ pub struct Memory {
     pub finished: tokio::sync::watch::Sender<u64>,
     pub shutdown: CancellationToken,
     pub render_cache: crate::render_cache::RenderCache,
+    /// QueueUpdate's group commit.
+    pub queue_writer: crate::queue_batch::QueueWriter,
 }
 
 impl std::fmt::Debug for Memory {
@@ -77,6 +80,7 @@ impl Memory {
     ) -> Result<Arc<Self>, regex::Error> {
         let patterns = RegexSet::new(&config.refuse_patterns)?;
         let render_cache = crate::render_cache::RenderCache::new(config.render_cache_scopes as usize);
+        let queue_writer = crate::queue_batch::QueueWriter::start(store.clone(), config.queue_max_depth);
         Ok(Arc::new(Self {
             store,
             config,
@@ -87,6 +91,7 @@ impl Memory {
             finished: tokio::sync::watch::channel(0).0,
             shutdown,
             render_cache,
+            queue_writer,
         }))
     }
 
@@ -203,17 +208,17 @@ impl Memory {
     /// RenderInjection.
     pub async fn render(&self, scope: &Scope, query: &str, budget: &Budget) -> Result<(Rendered, u64), MemoryError> {
         let db = self.store.db();
-        let revisions = facts::revisions(db, scope).await?;
-        let snapshot = match self.render_cache.get(scope, revisions) {
-            Some(snapshot) => snapshot,
-            None => {
-                let profile = profile::load(db, &scope.user).await?;
-                let live = facts::live(db, scope).await?;
-                let snapshot = Arc::new(crate::render_cache::Snapshot { revisions, profile, live });
+        let kept = self.render_cache.latest(scope);
+        let snapshot = match (Snapshot::load_if_changed(db, scope, kept.as_ref().map(|s| s.revisions)).await?, kept) {
+            (Loaded::Unchanged, Some(kept)) => kept,
+            (Loaded::Fresh(snapshot), _) => {
+                let snapshot: Arc<Snapshot> = Arc::from(snapshot);
                 self.render_cache.put(scope, snapshot.clone());
                 snapshot
             }
+            (Loaded::Unchanged, None) => return Err(StoreError::Corrupt("a render without a kept snapshot read none".to_owned()).into()),
         };
+        let revisions = snapshot.revisions;
         let live: &[Fact] = if budget.summaries_only { &[] } else { &snapshot.live };
         // Every live fact is at hand, so they are ranked here without asking the index.
         let words = crate::relevance::query_words(query);

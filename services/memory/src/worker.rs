@@ -2,8 +2,9 @@
 //! answer, apply it through the junk guards, and finish — all writes in one transaction fenced by the
 //! lease (see [`crate::queue`]).
 //!
-//! Workers wake when this replica queues or flushes an update, when the next debounce ends, and every
-//! `poll_interval_ms` for what other replicas queued.
+//! Workers wake when this replica flushes or queues an update due before their next look, when the
+//! next debounce ends, and every `poll_interval_ms` for what other replicas queued (and this one's
+//! later updates, which they then sleep until).
 
 use std::collections::HashSet;
 use std::sync::Arc;

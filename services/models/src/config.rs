@@ -179,6 +179,9 @@ pub struct ModelEntry {
     pub supports_thinking: bool,
     pub supports_vision: bool,
     pub supports_reasoning_effort: bool,
+    /// Speak HTTP/2 from the first byte (h2c) to an `http://` endpoint that serves it; `https://`
+    /// endpoints negotiate HTTP/2 on their own (TLS ALPN).
+    pub http2_prior_knowledge: bool,
     /// Tools may be passed (default true).
     pub supports_tools: Option<bool>,
     /// Parameters deep-merged into the request when thinking is on.
@@ -502,6 +505,7 @@ fn resolve_entry(entry: &ModelEntry, path: &str, base_dir: &Path, key_ref: Optio
         fallbacks: entry.fallbacks.clone(),
         max_concurrency,
         send_reasoning_content: entry.send_reasoning_content.or(flavor.as_ref().map(|f| f.send_reasoning_content)).unwrap_or(false),
+        http2_prior_knowledge: entry.http2_prior_knowledge,
         anthropic_version,
         replay,
         notes,

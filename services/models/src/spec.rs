@@ -144,6 +144,8 @@ pub struct ModelSpec {
     /// Send earlier turns' thinking back as `reasoning_content` (DeepSeek, MiMo, StepFun, vLLM need it on
     /// tool-call continuations; plain OpenAI does not know the field).
     pub send_reasoning_content: bool,
+    /// HTTP/2 without negotiation to an `http://` endpoint (h2c); over TLS, ALPN picks the version.
+    pub http2_prior_knowledge: bool,
     /// `anthropic-version` header.
     pub anthropic_version: String,
     /// The script of a replay model.
@@ -178,6 +180,7 @@ pub(crate) mod tests {
             fallbacks: Vec::new(),
             max_concurrency: 0,
             send_reasoning_content: false,
+            http2_prior_knowledge: false,
             anthropic_version: "2023-06-01".to_owned(),
             replay: None,
             notes: Vec::new(),

@@ -17,6 +17,7 @@ use sea_orm::{
     TransactionTrait,
 };
 use sea_orm_migration::MigratorTrait;
+use serde::Deserialize as _;
 
 use crate::config::DatabaseConfig;
 
@@ -154,4 +155,20 @@ pub fn statement(backend: DbBackend, sql: &str, values: Vec<sea_orm::Value>) -> 
 /// Runs a statement and returns how many rows it changed.
 pub async fn execute(db: &impl ConnectionTrait, statement: Statement) -> Result<u64, StoreError> {
     Ok(db.execute_raw(statement).await?.rows_affected())
+}
+
+/// A float from a JSON number or from its text: SQLite's JSON functions print a REAL with 15
+/// significant digits, which does not always give the same `f64` back, so queries that hand rows over
+/// as JSON send such columns as `printf('%!.17g', column)`, which does.
+pub fn json_f64<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum NumberOrText {
+        Number(f64),
+        Text(String),
+    }
+    match NumberOrText::deserialize(deserializer)? {
+        NumberOrText::Number(n) => Ok(n),
+        NumberOrText::Text(t) => t.trim().parse().map_err(serde::de::Error::custom),
+    }
 }

@@ -5,7 +5,9 @@
 
 use sea_orm::entity::prelude::*;
 
-#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+/// `Deserialize` reads a row from the JSON array of its columns in this order (see
+/// [`crate::render_cache::Snapshot::load`]).
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel, serde::Deserialize)]
 #[sea_orm(table_name = "memory_facts")]
 pub struct Model {
     /// Numeric key: the full-text index's row id on SQLite.
@@ -21,6 +23,7 @@ pub struct Model {
     pub norm: String,
     pub category: String,
     pub category_label: String,
+    #[serde(deserialize_with = "crate::store::json_f64")]
     pub confidence: f64,
     pub source_kind: String,
     pub source_thread_id: String,

@@ -4,7 +4,9 @@
 
 use sea_orm::entity::prelude::*;
 
-#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+/// `Deserialize` reads a row from the JSON array of its columns in this order (see
+/// [`crate::render_cache::Snapshot::load`]).
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, serde::Deserialize)]
 #[sea_orm(table_name = "memory_profiles")]
 pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
