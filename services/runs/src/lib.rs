@@ -22,6 +22,7 @@ pub mod store;
 pub mod stream;
 pub mod threads;
 pub mod time;
+pub mod usage;
 pub mod worker;
 
 use std::sync::Arc;
