@@ -202,10 +202,11 @@ async fn context_window(engine: &Engine, user_id: &str, model_name: &str) -> u64
     let ctx = antler_kit::CallContext::background(user_id.to_owned());
     let mut grpc = ModelServiceClient::new(client.channel());
     let model = if model_name.is_empty() {
-        grpc.list_models(client.request(&ctx, ListModelsRequest::default()))
-            .await
-            .map(|r| r.into_inner().models)
-            .map(|models| models.iter().position(|m| m.is_default).and_then(|i| models.into_iter().nth(i)))
+        grpc.list_models(client.request(&ctx, ListModelsRequest::default())).await.map(|r| {
+            let models = r.into_inner().models;
+            let default = models.iter().position(|m| m.is_default);
+            default.and_then(|i| models.into_iter().nth(i))
+        })
     } else {
         grpc.get_model(client.request(&ctx, GetModelRequest { name: model_name.to_owned() })).await.map(|r| r.into_inner().model)
     };

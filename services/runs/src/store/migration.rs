@@ -342,7 +342,7 @@ impl MigrationName for SqlAggregates {
     }
 }
 
-/// The numeric usage columns of `runs`, in the order of [`crate::usage::totals`].
+/// The numeric usage columns of `runs`, as `crate::usage::columns` writes them.
 pub const USAGE_COLUMNS: [&str; 9] = [
     "usage_input_tokens",
     "usage_output_tokens",
