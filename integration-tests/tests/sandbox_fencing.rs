@@ -42,7 +42,7 @@ async fn a_paused_worker_s_command_dies_when_its_run_is_taken_over() -> anyhow::
     let runs_yaml =
         config(&db, "").replacen("clients:\n  sandbox:\n", &format!("clients:\n  sandbox:\n    endpoint: {}\n", sandbox.url()), 1);
 
-    let mut first = start("antler-runs", Launch::default().config(runs_yaml.clone()))?;
+    let first = start("antler-runs", Launch::default().config(runs_yaml.clone()))?;
     let (mut runs, _) = clients(&first).await?;
     // Attempt 1 starts a command that would run for 6123 s; attempt 2 (after the checkpoint, finding
     // the marker file) only says so.

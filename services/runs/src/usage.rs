@@ -182,33 +182,36 @@ pub fn context_usage(token_count: u64, max_context_tokens: u64) -> ContextUsage 
 
 /// The context window fill at the thread's head: None when the thread has no messages. The window
 /// is the models service's `context_window` of the model the thread's latest run used (the default
-/// model when it named none); 0 when the models service cannot say.
-pub async fn thread_context(engine: &Engine, thread: &threads::Model) -> Result<Option<ContextUsage>, RunsError> {
+/// model when it named none), asked as the caller (`ctx`); 0 when the models service cannot say.
+pub async fn thread_context(
+    engine: &Engine,
+    ctx: &antler_kit::CallContext,
+    thread: &threads::Model,
+) -> Result<Option<ContextUsage>, RunsError> {
     let Some(checkpoint) = crate::threads::checkpoint(engine, thread, None, true).await? else { return Ok(None) };
     let Some(tokens) = context_tokens(&checkpoint.messages) else { return Ok(None) };
     let model_name = match &thread.latest_run_id {
         Some(run_id) => runs::Entity::find_by_id(run_id.clone()).one(engine.store.db()).await?.map(|r| r.model_name).unwrap_or_default(),
         None => String::new(),
     };
-    Ok(Some(context_usage(tokens, context_window(engine, &thread.user_id, &model_name).await)))
+    Ok(Some(context_usage(tokens, context_window(engine, ctx, &model_name).await)))
 }
 
 /// The model's context window from the models service (GetModel, or the default of ListModels for
 /// an empty name); 0 when there is no models client, the model is unknown or the call fails.
-async fn context_window(engine: &Engine, user_id: &str, model_name: &str) -> u64 {
+async fn context_window(engine: &Engine, ctx: &antler_kit::CallContext, model_name: &str) -> u64 {
     use antler_proto::models::model_service_client::ModelServiceClient;
     use antler_proto::models::{GetModelRequest, ListModelsRequest};
     let Some(client) = engine.clients.get("models") else { return 0 };
-    let ctx = antler_kit::CallContext::background(user_id.to_owned());
     let mut grpc = ModelServiceClient::new(client.channel());
     let model = if model_name.is_empty() {
-        grpc.list_models(client.request(&ctx, ListModelsRequest::default())).await.map(|r| {
+        grpc.list_models(client.request(ctx, ListModelsRequest::default())).await.map(|r| {
             let models = r.into_inner().models;
             let default = models.iter().position(|m| m.is_default);
             default.and_then(|i| models.into_iter().nth(i))
         })
     } else {
-        grpc.get_model(client.request(&ctx, GetModelRequest { name: model_name.to_owned() })).await.map(|r| r.into_inner().model)
+        grpc.get_model(client.request(ctx, GetModelRequest { name: model_name.to_owned() })).await.map(|r| r.into_inner().model)
     };
     match model {
         Ok(model) => model.map_or(0, |m| u64::from(m.context_window)),

@@ -351,12 +351,13 @@ impl RunService for RunApi {
     }
 
     async fn get_token_usage(&self, request: Request<GetTokenUsageRequest>) -> Result<Response<GetTokenUsageResponse>, Status> {
-        let user = Identity::of(&request)?.user_id.clone();
+        let ctx = identity(&request)?;
+        let user = ctx.identity.user_id.clone();
         let req = request.into_inner();
         antler_kit::status::required("thread_id", &req.thread_id)?;
         let thread = thread_domain::find(&self.engine, &user, &req.thread_id).await?;
         let usage = crate::usage::thread_usage(&self.engine, &user, &req.thread_id, req.include_active).await?;
-        let context_usage = crate::usage::thread_context(&self.engine, &thread).await?;
+        let context_usage = crate::usage::thread_context(&self.engine, &ctx, &thread).await?;
         Ok(Response::new(GetTokenUsageResponse {
             thread_id: req.thread_id,
             total: Some(usage.total),
