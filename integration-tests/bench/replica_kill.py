@@ -8,11 +8,18 @@ Services mapped to loopback pod addresses), on a PostgreSQL database of its own,
 Phase 1 (takeover): admits BENCH_RUNS (10,000) runs as fast as the three replicas take them (CreateRun spread
 over the replicas, at most BENCH_IN_FLIGHT in flight; RESOURCE_EXHAUSTED is retried after its retry-after),
 each a short script: custom "before", checkpoint, sleep BENCH_STEP_MS, custom "effect", checkpoint, say.
-At the half-way admission it SIGKILLs one replica (the whole process group) and keeps going on the other two.
-It prints admissions/s, completed runs/s, and how long the killed replica's runs took to resume elsewhere
-(the first event of their next attempt, from the store, minus the kill time; goal: lease + grace + sweep
-interval + 1 s). Then it proves from the store that every run ended exactly once (one terminal status, one
-END event), that no run's "effect" custom event was recorded twice, and that no run's event seqs have a gap.
+At the half-way admission it stops one replica with SIGSTOP (its whole process group: from that instant it
+writes nothing and renews nothing), reads from the store what it holds (its RUNNING / FINALIZING runs and the
+PENDING runs it admitted), then SIGKILLs it, and keeps going on the other two. The kill time is the SIGSTOP.
+(An earlier version read the store while the victim still ran and killed it afterwards: with 20 ms steps
+most of the runs it read as RUNNING finished on the victim before it died and never needed another attempt,
+which is why only 5 of 28 had one.) It prints admissions/s, completed runs/s, how long EVERY one of the
+killed replica's RUNNING runs took to resume elsewhere (the METADATA event of its next attempt, from the
+store, minus the kill time) and how long its PENDING runs took to start elsewhere (started_at minus the kill
+time); goal for both: lease + grace + sweep interval + 1 s. Then it proves from the store that every run
+ended exactly once (one terminal status, one END event), that no run's side effects ran twice (the script
+agent journals its `custom` steps in `tool_effects`: each effect's custom event at most once, and exactly once
+where the journal says it was emitted), and that no run's event seqs have a gap.
 
 Phase 2 (held runs): a fresh database and cluster, BENCH_HELD (10,000) runs that sleep for minutes, with
 runs.max_concurrent_runs high enough that all are RUNNING at once; prints the RSS of each replica and the
@@ -99,6 +106,15 @@ def worker_id(pod: chart_local.Pod) -> str:
         if "runs worker starting" in line:
             return json.loads(line)["worker_id"]
     raise RuntimeError(f"no worker_id in {pod.name}'s log")
+
+
+def spread(values: list[float]) -> str:
+    """p50 / p99 / max of seconds, or '-' for none."""
+    if not values:
+        return "-"
+    v = sorted(values)
+    p99 = v[min(len(v) - 1, max(0, int(len(v) * 0.99 + 0.5) - 1))]
+    return f"p50 {statistics.median(v):.2f} s, p99 {p99:.2f} s, max {v[-1]:.2f} s"
 
 
 def rss_mib(pid: int) -> float:
@@ -189,20 +205,29 @@ def takeover(pb) -> None:
         t0 = time.monotonic()
         kill_wall_ms = None
         held_by_victim: list[str] = []
+        finalizing_on_victim: list[str] = []
+        lease_of: dict[str, int] = {}
         pending_on_victim: list[str] = []
         for i in range(RUNS):
             if i == RUNS // 2:
                 adm.wait(i)
-                # What the victim holds at the moment it dies: its RUNNING runs (leases it will never renew).
-                held_by_victim = [r[0] for r in q(f"SELECT run_id FROM runs WHERE owner_worker_id = '{victim_worker}' AND status = 'running'", db)]
+                # Frozen first, so what the store says it holds is what it holds when it dies.
+                kill_wall_ms = int(time.time() * 1000)
+                os.killpg(victim.proc.pid, signal.SIGSTOP)
+                # Its RUNNING runs (leases it will never renew) and FINALIZING ones (a survivor adds the closing).
+                held = q(f"SELECT run_id, status, lease_expires_at FROM runs WHERE owner_worker_id = '{victim_worker}' "
+                         "AND status IN ('running', 'finalizing')", db)
+                held_by_victim = [r[0] for r in held if r[1] == "running"]
+                finalizing_on_victim = [r[0] for r in held if r[1] == "finalizing"]
+                lease_of = {r[0]: int(r[2]) for r in held if r[2]}
                 # And the PENDING runs it had admitted (an admission names its replica as owner until it starts them).
                 pending_on_victim = [r[0] for r in q(f"SELECT run_id FROM runs WHERE owner_worker_id = '{victim_worker}' AND status = 'pending'", db)]
                 pending_total = int(q("SELECT count(*) FROM runs WHERE status = 'pending'", db)[0][0])
-                kill_wall_ms = int(time.time() * 1000)
                 c.kill(victim)
                 adm.drop(victim.address)
-                print(f"  killed {victim.name} after {time.monotonic() - t0:.1f} s, holding {len(held_by_victim)} RUNNING runs and "
-                      f"{len(pending_on_victim)} PENDING runs it had admitted ({pending_total} PENDING in all)", flush=True)
+                print(f"  stopped and killed {victim.name} after {time.monotonic() - t0:.1f} s, holding {len(held_by_victim)} RUNNING runs, "
+                      f"{len(finalizing_on_victim)} FINALIZING runs and {len(pending_on_victim)} PENDING runs it had admitted "
+                      f"({pending_total} PENDING in all)", flush=True)
             adm.submit(script, i)
         adm.wait(RUNS)
         t_admit = time.monotonic() - t0
@@ -217,54 +242,84 @@ def takeover(pb) -> None:
         t_done = time.monotonic() - t0
         print(f"  {done} runs terminal after {t_done:.1f} s: {done / t_done:.0f} completed runs/s (from the first CreateRun)", flush=True)
 
-        # Resume times: the first event of each later attempt of the victim's runs, minus the kill.
+        goal = LEASE + GRACE + SWEEP + 1
+        # Resume times: the METADATA event (kind 1) of each later attempt of the victim's runs, minus the kill.
         rows = q("SELECT e.run_id, e.created_at, encode(e.payload, 'hex') FROM run_events e WHERE e.kind = 1", db)
         first_start: dict[str, dict[int, int]] = {}
         for run_id, created, payload in rows:
             ev = pb.event.RunEvent.FromString(bytes.fromhex(payload))
             first_start.setdefault(run_id, {}).setdefault(ev.metadata.attempt, int(created))
-        delays = []
+        delays, after_lease, not_resumed = [], [], []
         for r in held_by_victim:
             later = [t for a, t in first_start.get(r, {}).items() if a >= 2 and t >= kill_wall_ms]
             if later:
                 delays.append((min(later) - kill_wall_ms) / 1000)
-        goal = LEASE + GRACE + SWEEP + 1
-        if delays:
-            delays.sort()
-            print(f"  the victim's {len(held_by_victim)} RUNNING runs resumed elsewhere: {len(delays)}; delay after the kill "
-                  f"p50 {statistics.median(delays):.2f} s, p99 {delays[int(len(delays) * 0.99) - 1 if len(delays) > 1 else 0]:.2f} s, "
-                  f"max {delays[-1]:.2f} s (goal <= lease + grace + sweep + 1 = {goal} s)", flush=True)
+                if r in lease_of:
+                    # How long after the run became claimable (its lease + the grace) a survivor claimed it.
+                    after_lease.append((min(later) - lease_of[r]) / 1000 - GRACE)
+            else:
+                not_resumed.append(r)
+        print(f"  the victim's {len(held_by_victim)} RUNNING runs resumed elsewhere: {len(delays)}; "
+              f"delay after the kill {spread(delays)} (goal <= lease + grace + sweep + 1 = {goal} s; over it: "
+              f"{sum(1 for d in delays if d > goal)}); after their lease + grace: {spread(after_lease)}", flush=True)
+        if finalizing_on_victim:
+            ids = ",".join(f"'{r}'" for r in finalizing_on_victim)
+            closed = [(int(r[0]) - kill_wall_ms) / 1000 for r in q(f"SELECT finished_at FROM runs WHERE run_id IN ({ids}) AND finished_at IS NOT NULL", db)]
+            print(f"  the victim's {len(finalizing_on_victim)} FINALIZING runs closed by a survivor (no new attempt): {len(closed)}; "
+                  f"after the kill {spread(closed)}", flush=True)
+        if not_resumed:
+            ids = ",".join(f"'{r}'" for r in not_resumed)
+            how = q(f"SELECT status, stop_reason, attempt, count(*) FROM runs WHERE run_id IN ({ids}) GROUP BY 1, 2, 3", db)
+            print(f"  of those, without a later attempt: {len(not_resumed)} (status, stop_reason, attempt, runs: {how})", flush=True)
         if pending_on_victim:
             ids = ",".join(f"'{r}'" for r in pending_on_victim)
-            starts = sorted(int(r[0]) - kill_wall_ms for r in q(f"SELECT started_at FROM runs WHERE run_id IN ({ids}) AND started_at IS NOT NULL", db))
-            if starts:
-                print(f"  the victim's {len(pending_on_victim)} PENDING runs first started elsewhere after the kill: "
-                      f"p50 {statistics.median(starts) / 1000:.2f} s, min {starts[0] / 1000:.2f} s, max {starts[-1] / 1000:.2f} s", flush=True)
-        # All runs admitted before the kill that started late (the queue, plus anything stuck on the victim).
+            starts = [(int(r[0]) - kill_wall_ms) / 1000 for r in q(f"SELECT started_at FROM runs WHERE run_id IN ({ids}) AND started_at IS NOT NULL", db)]
+            # The first one shows when the survivors saw the victim dead (heartbeat + grace + sweep); the rest
+            # then start as fast as the survivors' free slots allow, before their own PENDING runs.
+            print(f"  the victim's {len(pending_on_victim)} PENDING runs started elsewhere: {len(starts)}; after the kill "
+                  f"first {min(starts, default=0):.2f} s, {spread(starts)} (over the goal: {sum(1 for d in starts if d > goal)})", flush=True)
+        # All runs admitted before the kill that started late (the survivors' own queue).
         pending_late = q(f"SELECT count(*), max(started_at - {kill_wall_ms}) FROM runs WHERE created_at < {kill_wall_ms} "
                          f"AND started_at > {kill_wall_ms} + {goal * 1000}", db)[0]
-        print(f"  runs admitted before the kill that first started more than {goal} s after it: {pending_late[0]} "
+        print(f"  runs admitted before the kill (by any replica) that first started more than {goal} s after it: {pending_late[0]} "
               f"(latest {int(pending_late[1] or 0) / 1000:.1f} s after the kill)", flush=True)
 
         # Proof from the store.
-        statuses = q("SELECT status, count(*) FROM runs GROUP BY status ORDER BY status", db)
+        statuses = q("SELECT status || coalesce(':' || error_code, ''), count(*) FROM runs GROUP BY 1 ORDER BY 1", db)
         ends = q("SELECT count(*) FROM (SELECT run_id FROM run_events WHERE kind = 14 GROUP BY run_id HAVING count(*) <> 1) x", db)[0][0]
         no_end = q("SELECT count(*) FROM runs r WHERE NOT EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = r.run_id AND e.kind = 14)", db)[0][0]
         gaps = q("SELECT count(*) FROM (SELECT r.run_id FROM runs r JOIN run_events e USING (run_id) GROUP BY r.run_id, r.last_seq "
                  "HAVING count(*) <> max(e.seq) OR max(e.seq) <> r.last_seq OR min(e.seq) <> 1) x", db)[0][0]
-        customs = q("SELECT run_id, encode(payload, 'hex') FROM run_events WHERE kind = 8", db)
-        effect_counts: dict[str, int] = {}
-        for run_id, payload in customs:
-            ev = pb.event.RunEvent.FromString(bytes.fromhex(payload))
-            text = str(ev.custom)
-            if "effect" in text:
-                effect_counts[run_id] = effect_counts.get(run_id, 0) + 1
-        twice = sum(1 for n in effect_counts.values() if n > 1)
-        never = sum(1 for r in adm.admitted if r not in effect_counts)
+        # Side effects: each `custom` step's event (name "script", the step's value) against its journal row.
+        events: dict[tuple[str, str], int] = {}
+        unknown_notes = 0
+        for run_id, payload in q("SELECT run_id, encode(payload, 'hex') FROM run_events WHERE kind = 8", db):
+            custom = pb.event.RunEvent.FromString(bytes.fromhex(payload)).custom
+            if custom.name == "script":
+                key = (run_id, custom.data.string_value)
+                events[key] = events.get(key, 0) + 1
+            elif custom.name == "script_effect_unknown":
+                unknown_notes += 1
+        journal = q("SELECT run_id, tool_call_id, attempt, coalesce(result, '<none>') FROM tool_effects", db)
+        step_of = {"script-step-0": "before", "script-step-3": "effect"}
+        twice = sum(1 for n in events.values() if n > 1)
+        by_result: dict[str, int] = {}
+        mismatch = 0
+        for run_id, key, _attempt, result in journal:
+            kind = "emitted" if result == "emitted" else "unknown" if result.startswith("outcome unknown") else result
+            by_result[kind] = by_result.get(kind, 0) + 1
+            seen = events.get((run_id, step_of.get(key, "?")), 0)
+            # Emitted: exactly one event. Unknown (died between intent and result): at most one, never redone.
+            if (kind == "emitted" and seen != 1) or (kind != "emitted" and seen > 1):
+                mismatch += 1
+        effects_missing = sum(1 for r in adm.admitted if (r, "effect") not in events)
         attempts = q("SELECT attempt, count(*) FROM runs GROUP BY attempt ORDER BY attempt", db)
         print(f"  store: statuses {dict((s, int(n)) for s, n in statuses)}; attempts {dict((int(a), int(n)) for a, n in attempts)}", flush=True)
         print(f"  store: runs without exactly one END event: {ends} (with none: {no_end}); runs with a seq gap or "
-              f"last_seq mismatch: {gaps}; runs whose 'effect' step was recorded twice: {twice} (never: {never})", flush=True)
+              f"last_seq mismatch: {gaps}", flush=True)
+        print(f"  store: side effects (custom steps) recorded twice: {twice}; journal rows {len(journal)} by result {by_result}, "
+              f"rows whose events disagree with them: {mismatch}; runs with no 'effect' event: {effects_missing}; "
+              f"'outcome unknown' notes: {unknown_notes}", flush=True)
     finally:
         if c is not None:
             c.down()

@@ -3,20 +3,22 @@
 ``render`` calls ``helm template``; ``LocalCluster`` reads the manifests and starts every Deployment and
 StatefulSet replica as the binary the container names, with
 
-* the container's ``command``/``args`` (``antler`` is ``ANTLER_BIN``; paths under a ``volumeMount`` are mapped
-  to a directory of the pod: ConfigMap and Secret volumes hold the rendered keys as files, emptyDirs and
+* the container's ``command``/``args`` (``antler`` is ``ANTLER_BIN``; paths under a ``volumeMount``, in the
+  args and in the pod's copy of the rendered antler.yaml, are mapped to a directory of the pod: ConfigMap and Secret volumes hold the rendered keys as files, emptyDirs and
   PersistentVolumeClaims are directories, a StatefulSet's volumeClaimTemplates one per pod);
 * the container's ``env`` only (plus ``PATH``), ``valueFrom.secretKeyRef`` resolved from the rendered Secrets
   and the Secrets the caller says exist (``external_secrets``), so a reference the chart gets wrong fails;
 * each pod on its own loopback address (127.x.y.z, like a pod IP): the pod's process listens there on the port
   its rendered antler.yaml names (``--listen`` is the one added flag: it stands for the pod's own network
   namespace, where 0.0.0.0 is that address);
-* Service DNS names (``http://<service>.<namespace>.svc:<port>`` in the rendered ConfigMap) replaced by the
-  address Kubernetes would route to: the Service port's ``targetPort`` resolved to the ``containerPort`` of
-  the first pod the Service's selector matches. A name, port or selector that leads nowhere is left as it is
-  (the call then fails), so a wrong port or Service name in the chart fails the caller's test;
+* Service DNS names (``http(s)://<service>.<namespace>.svc:<port>`` in the rendered ConfigMap) replaced by
+  the address Kubernetes would route to: the Service port's ``targetPort`` resolved to the ``containerPort``
+  of the first pod the Service's selector matches. A name, port or selector that leads nowhere is left as it
+  is (the call then fails), so a wrong port or Service name in the chart fails the caller's test. With TLS the
+  certificate is still checked against the Service's DNS name: the chart renders it as the client's
+  ``tls.server_name``;
 * readiness as the chart declares it: the readinessProbe's gRPC port and health service name must answer
-  SERVING.
+  SERVING, in plaintext as the kubelet asks (with TLS on, that is the chart's health-only port).
 
 Used by ``test_chart_wiring.py`` and ``integration-tests/bench/replica_kill.py``.
 """
@@ -88,6 +90,8 @@ class Pod:
     listen: str = ""
     #: host:port of the pod's Prometheus endpoint, when the chart enables it.
     metrics: str = ""
+    #: host:port of the pod's plaintext health-only listener, when the chart renders one (TLS on).
+    health: str = ""
     restarts: int = 0
 
     @property
@@ -183,15 +187,16 @@ class LocalCluster:
         return [p for p in self.pods if p.workload["metadata"]["name"] == workload]
 
     def _rewrite_configmaps(self) -> None:
-        pattern = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc(?:\.cluster\.local)?:(\d+)")
+        # Only endpoints (scheme, name, port): a bare Service name elsewhere (tls.server_name) stays as it is.
+        pattern = re.compile(r"(https?)://([a-z0-9-]+)\.([a-z0-9-]+)\.svc(?:\.cluster\.local)?:(\d+)")
 
         def replace(m: re.Match) -> str:
-            name, ns, port = m.group(1), m.group(2), int(m.group(3))
+            scheme, name, ns, port = m.group(1), m.group(2), m.group(3), int(m.group(4))
             target = self.service_target(name, port) if ns == self.namespace else None
             if target is None:
                 return m.group(0)  # stays unresolvable, as it would be in the cluster
-            self.rewrites[m.group(0)] = f"http://{target}"
-            return f"http://{target}"
+            self.rewrites[m.group(0)] = f"{scheme}://{target}"
+            return f"{scheme}://{target}"
 
         for data in self.configmaps.values():
             for key, text in data.items():
@@ -276,14 +281,26 @@ class LocalCluster:
             raise WiringError(f"pod {pod.name}: command {command} does not start the antler binary")
         args = [host_path(a) for a in pod.container.get("args", [])]
         config_path = Path(args[args.index("--config") + 1])
-        config = yaml.safe_load(config_path.read_text())
+        # Files the config names under a mount (the TLS Secret's, at /etc/antler-tls) are where that volume is
+        # here; this copy of the ConfigMap is the pod's own.
+        # One pass, longest mount path first, so a mapped path is never mapped again (/tmp is a mount too).
+        host_dirs = {m["mountPath"].rstrip("/"): str(dirs[m["name"]]) for m in mounts}
+        alternatives = "|".join(re.escape(mp) for mp in host_dirs)
+        text = re.sub(rf"(?<![\w/.-])({alternatives})/", lambda m: host_dirs[m.group(1)] + "/", config_path.read_text())
+        config_path.write_text(text)
+        config = yaml.safe_load(text)
         port = int(str(config["server"]["listen"]).rsplit(":", 1)[1])
         pod.listen = f"{pod.ip}:{port}"
-        # The metrics endpoint's 0.0.0.0 is the pod's address too (this copy of the ConfigMap is the pod's).
+        # The metrics endpoint's and the health-only listener's 0.0.0.0 is the pod's address too (this copy of
+        # the ConfigMap is the pod's).
         metrics = str((config["server"].get("metrics") or {}).get("listen", ""))
         if metrics.startswith("0.0.0.0:"):
             pod.metrics = f"{pod.ip}:{metrics.rsplit(':', 1)[1]}"
             config_path.write_text(config_path.read_text().replace(metrics, pod.metrics))
+        health = str(config["server"].get("health_listen", ""))
+        if health.startswith("0.0.0.0:"):
+            pod.health = f"{pod.ip}:{health.rsplit(':', 1)[1]}"
+            config_path.write_text(config_path.read_text().replace(f"health_listen: {health}", f"health_listen: {pod.health}"))
         argv = [str(self.antler_bin), *command[1:], *args, "--listen", pod.listen]
         ids = self._identity(pod)
         if ids:

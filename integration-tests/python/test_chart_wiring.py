@@ -18,6 +18,12 @@ addresses, and waits for each readinessProbe as declared. Then, through the pods
 
 A wrong port, Service name, env var, Secret key or a token the chart forgot fails one of these steps.
 
+Every test runs twice: plaintext (the chart's defaults) and with ``tls.enabled`` + ``tls.mutual`` (certificates
+made at test time by ``pki.py``: a CA and one certificate naming every Service, given as the kubernetes.io/tls
+Secret the values name). With TLS every listener and every call between the pods is mTLS, the test's own calls
+present a client certificate, the probes ask the plaintext health-only port, and plaintext or certificate-less
+calls to the gRPC port are refused.
+
 Environment: ``ANTLER_BIN`` (default ``<repo>/target/debug/antler``), ``ANTLER_TOOLS`` or ``HELM`` (helm),
 PostgreSQL on 127.0.0.1:5432 (user postgres, trust). Run: ``python -m pytest -q integration-tests/python``.
 """
@@ -45,6 +51,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import chart_local  # noqa: E402
+import pki  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 PROTO_ROOT = REPO / "proto"
@@ -84,10 +91,14 @@ def database() -> Iterator[str]:
     chart_local.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-def _values(tmp: Path) -> Path:
+#: Every Service of the release "antler", as its certificate must name it.
+SERVICE_HOSTS = [f"{name}.{NAMESPACE}.svc" for name in ("antler", "antler-models", "antler-mcp", "antler-memory", "antler-sandbox")]
+
+
+def _values(tmp: Path, tls: bool) -> Path:
     """The test's values: the chart's defaults plus 3 runs replicas on PostgreSQL and two replay models."""
     demo = yaml.safe_load((REPO / "services/models/demo/transcript.yaml").read_text())
-    values = {
+    values: dict[str, Any] = {
         "runs": {"replicas": 3},
         "database": {"existingSecret": "wiring-db"},
         "config": {"models": {"models": [
@@ -97,12 +108,14 @@ def _values(tmp: Path) -> Path:
              "replay": {"first_byte_delay_ms": 300000, "after_last": "repeat_last", "turns": [{"text": "too late"}]}},
         ]}},
     }
+    if tls:
+        values["tls"] = {"enabled": True, "secretName": "wiring-tls", "mutual": True}
     path = tmp / "values.yaml"
     path.write_text(yaml.safe_dump(values))
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["plaintext", "tls"])
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, database: str) -> chart_local.LocalCluster:
     if not ANTLER_BIN.is_file():
         pytest.fail(f"antler binary not found at {ANTLER_BIN} (build it, or set ANTLER_BIN)")
@@ -111,10 +124,14 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     root = Path(tempfile.mkdtemp(prefix="antler-wiring-"))
     root.chmod(0o711)
     request.addfinalizer(lambda: shutil.rmtree(root, ignore_errors=True))
-    docs = chart_local.render("antler", NAMESPACE, [_values(root)])
+    tls = request.param == "tls"
+    docs = chart_local.render("antler", NAMESPACE, [_values(root, tls)])
     url = f"postgres://postgres@127.0.0.1:5432/{database}"
-    c = chart_local.LocalCluster(docs, NAMESPACE, root / "pods", ANTLER_BIN,
-                                 external_secrets={"wiring-db": {"database-url": url}},
+    secrets = {"wiring-db": {"database-url": url}}
+    if tls:
+        # As cert-manager would write the Secret: the CA, and one certificate for every Service name.
+        secrets["wiring-tls"] = pki.write_secret_files(root / "pki", SERVICE_HOSTS)
+    c = chart_local.LocalCluster(docs, NAMESPACE, root / "pods", ANTLER_BIN, external_secrets=secrets,
                                  ip_prefix=f"127.{random.randint(32, 250)}.{random.randint(1, 250)}")
     request.addfinalizer(c.down)
     try:
@@ -128,8 +145,19 @@ def _api_key(c: chart_local.LocalCluster) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {c.secrets['antler']['api-key']}")]
 
 
-def _stub(pb: Any, address: str) -> Any:
-    return pb.grpc.RunServiceStub(grpc.insecure_channel(address))
+def _channel(c: chart_local.LocalCluster, address: str) -> grpc.Channel:
+    """A channel to a pod as a client of the chart's Services: with TLS, trusting the Secret's CA, checking the
+    entry Service's name (the pods share one certificate) and presenting the certificate (tls.mutual)."""
+    tls = c.secrets.get("wiring-tls")
+    if tls is None:
+        return grpc.insecure_channel(address)
+    credentials = grpc.ssl_channel_credentials(root_certificates=tls["ca.crt"].encode(), private_key=tls["tls.key"].encode(),
+                                               certificate_chain=tls["tls.crt"].encode())
+    return grpc.secure_channel(address, credentials, options=[("grpc.ssl_target_name_override", SERVICE_HOSTS[0])])
+
+
+def _stub(pb: Any, c: chart_local.LocalCluster, address: str) -> Any:
+    return pb.grpc.RunServiceStub(_channel(c, address))
 
 
 def _user(pb: Any, text: str) -> Any:
@@ -158,6 +186,40 @@ def test_every_pod_serves_its_metrics_where_the_chart_says(cluster: chart_local.
         assert all(line.startswith("antler_") for line in samples), f"{pod.name}: {text[:300]}"
 
 
+def test_with_tls_only_the_health_port_speaks_plaintext(cluster: chart_local.LocalCluster, pb: Any) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    tls = "wiring-tls" in cluster.secrets
+    for pod in cluster.pods:
+        probe = pod.container["readinessProbe"]["grpc"]
+        if not tls:
+            assert not pod.health and probe["port"] == pod.container_port("grpc"), f"{pod.name}: probes ask the gRPC port"
+            continue
+        assert pod.health and int(pod.health.rsplit(":", 1)[1]) == pod.container_port("health") == probe["port"], \
+            f"{pod.name}: health-only listener {pod.health!r}, probe {probe}"
+        # The probe's view: plaintext SERVING for the component's service on the health port ...
+        with grpc.insecure_channel(pod.health) as ch:
+            reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=probe["service"]), timeout=RPC_TIMEOUT_S)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING, f"{pod.name}: {reply}"
+            # ... and nothing but health there.
+            with pytest.raises(grpc.RpcError) as other:
+                pb.grpc.RunServiceStub(ch).GetRun(pb.svc.GetRunRequest(run_id="x"), metadata=_api_key(cluster), timeout=RPC_TIMEOUT_S)
+            assert other.value.code() == grpc.StatusCode.UNIMPLEMENTED, f"{pod.name}: {other.value}"
+        # The gRPC port refuses plaintext, and (tls.mutual) a TLS caller without a certificate.
+        ca = cluster.secrets["wiring-tls"]["ca.crt"].encode()
+        for name, channel in [
+            ("plaintext", grpc.insecure_channel(pod.address)),
+            ("no client certificate", grpc.secure_channel(pod.address, grpc.ssl_channel_credentials(root_certificates=ca),
+                                                          options=[("grpc.ssl_target_name_override", SERVICE_HOSTS[0])])),
+        ]:
+            with channel, pytest.raises(grpc.RpcError) as refused:
+                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=RPC_TIMEOUT_S)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, f"{pod.name} ({name}): {refused.value}"
+        with _channel(cluster, pod.address) as ch:
+            reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=RPC_TIMEOUT_S)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING, f"{pod.name}: {reply}"
+
+
 def test_runs_replicas_share_postgresql(cluster: chart_local.LocalCluster, database: str) -> None:
     assert chart_local.psql("SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'", database) == "1"
     for pod in cluster.pods_of("antler"):
@@ -168,7 +230,7 @@ def test_lead_run_through_the_service_then_join_and_list_on_other_replicas(clust
     ingress = cluster.service_target("antler", 50051)
     assert ingress is not None, "the entry-point Service selects no runs pod"
     runs = cluster.pods_of("antler")
-    reply = _stub(pb, ingress).WaitRun(pb.svc.WaitRunRequest(create=pb.svc.CreateRunRequest(
+    reply = _stub(pb, cluster, ingress).WaitRun(pb.svc.WaitRunRequest(create=pb.svc.CreateRunRequest(
         input=[_user(pb, "Write a short hello note to /mnt/user-data/outputs/hello.md, check it, and present it.")],
         expected_outputs=["/mnt/user-data/outputs/hello.md"],
         config=pb.run.RunConfig(model_name="scripted", plan_mode=True))), metadata=_api_key(cluster), timeout=120)
@@ -178,7 +240,7 @@ def test_lead_run_through_the_service_then_join_and_list_on_other_replicas(clust
     assert run.delivery.satisfied and "/mnt/user-data/outputs/hello.md" in [f.path for f in run.delivery.produced], run.delivery
 
     # JoinRun on another replica than the one that served the run: the whole stream, from seq 1.
-    joined = list(_stub(pb, runs[1].address).JoinRun(pb.svc.JoinRunRequest(run_id=run.run_id), metadata=_api_key(cluster),
+    joined = list(_stub(pb, cluster, runs[1].address).JoinRun(pb.svc.JoinRunRequest(run_id=run.run_id), metadata=_api_key(cluster),
                                                     timeout=RPC_TIMEOUT_S))
     seqs = [r.event.seq for r in joined if r.event.WhichOneof("kind") != "heartbeat"]
     assert seqs == list(range(1, len(seqs) + 1)), seqs
@@ -189,7 +251,7 @@ def test_lead_run_through_the_service_then_join_and_list_on_other_replicas(clust
     bash = next(r.event.tool_finished for r in joined if r.event.WhichOneof("kind") == "tool_finished" and r.event.tool_finished.name == "bash")
     assert "hello.md" in bash.result_summary, bash
 
-    listed = _stub(pb, runs[2].address).ListRunEvents(pb.svc.ListRunEventsRequest(run_id=run.run_id, page=pb.common.PageRequest(page_size=200)),
+    listed = _stub(pb, cluster, runs[2].address).ListRunEvents(pb.svc.ListRunEventsRequest(run_id=run.run_id, page=pb.common.PageRequest(page_size=200)),
                                                       metadata=_api_key(cluster), timeout=RPC_TIMEOUT_S)
     assert [e.seq for e in listed.events] == seqs
 
@@ -197,11 +259,11 @@ def test_lead_run_through_the_service_then_join_and_list_on_other_replicas(clust
 def test_cancel_through_another_replica_ends_a_live_join_on_a_third(cluster: chart_local.LocalCluster, pb: Any) -> None:
     a, b, c = (p.address for p in cluster.pods_of("antler"))
     md = _api_key(cluster)
-    run = _stub(pb, a).CreateRun(pb.svc.CreateRunRequest(input=[_user(pb, "hello")], config=pb.run.RunConfig(model_name="slow")),
+    run = _stub(pb, cluster, a).CreateRun(pb.svc.CreateRunRequest(input=[_user(pb, "hello")], config=pb.run.RunConfig(model_name="slow")),
                                  metadata=md, timeout=RPC_TIMEOUT_S).run
     deadline = time.monotonic() + 60
     while True:
-        status = _stub(pb, c).GetRun(pb.svc.GetRunRequest(run_id=run.run_id), metadata=md, timeout=RPC_TIMEOUT_S).run.status
+        status = _stub(pb, cluster, c).GetRun(pb.svc.GetRunRequest(run_id=run.run_id), metadata=md, timeout=RPC_TIMEOUT_S).run.status
         if status == pb.run.RUN_STATUS_RUNNING:
             break
         assert status == pb.run.RUN_STATUS_PENDING and time.monotonic() < deadline, pb.run.RunStatus.Name(status)
@@ -211,7 +273,7 @@ def test_cancel_through_another_replica_ends_a_live_join_on_a_third(cluster: cha
 
     def join() -> None:
         try:
-            for r in _stub(pb, c).JoinRun(pb.svc.JoinRunRequest(run_id=run.run_id), metadata=md, timeout=120):
+            for r in _stub(pb, cluster, c).JoinRun(pb.svc.JoinRunRequest(run_id=run.run_id), metadata=md, timeout=120):
                 events.put(r.event)
         except grpc.RpcError as e:  # reported to the test thread
             events.put(e)
@@ -223,7 +285,7 @@ def test_cancel_through_another_replica_ends_a_live_join_on_a_third(cluster: cha
     assert not isinstance(first, grpc.RpcError), first
     assert first.WhichOneof("kind") == "metadata", first
 
-    cancelled = _stub(pb, b).CancelRun(pb.svc.CancelRunRequest(run_id=run.run_id, wait=True), metadata=md, timeout=90)
+    cancelled = _stub(pb, cluster, b).CancelRun(pb.svc.CancelRunRequest(run_id=run.run_id, wait=True), metadata=md, timeout=90)
     assert cancelled.run.status == pb.run.RUN_STATUS_INTERRUPTED, cancelled
 
     last = first

@@ -4,7 +4,7 @@ What this module proves, against a real ``antler up`` process on loopback:
 
 * every ``.proto`` file under ``proto/`` compiles with stock ``grpcio-tools`` (well-known types included)
   and the generated modules import;
-* ``grpc.health.v1.Health/Check`` answers SERVING for the whole server ("") and for each of the six services;
+* ``grpc.health.v1.Health/Check`` answers SERVING for the whole server ("") and for each of the seven services;
 * one unary RPC per service, called through the generated stub, gives exactly the answer its contract
   documents on a fresh server: a reply whose content is checked (the built-in ``demo`` model, no MCP servers,
   an empty pool, no facts), or one error code whose details name the field or the missing id;
@@ -53,6 +53,7 @@ SERVICES = (
     "antler.runs.v1.RunService",
     "antler.runs.v1.ThreadService",
     "antler.sandbox.v1.SandboxService",
+    "antler.sandbox.v1.SkillService",
     "antler.mcp.v1.McpService",
     "antler.models.v1.ModelService",
     "antler.memory.v1.MemoryService",
@@ -227,6 +228,10 @@ UNARY_CALLS = (
          lambda m: m.GetThreadRequest(thread_id=MISSING), error_code=grpc.StatusCode.NOT_FOUND, error_text=f"thread {MISSING}"),
     Call("antler.sandbox.v1", "sandbox", "SandboxService", "GetSandbox",
          lambda m: m.GetSandboxRequest(thread_id=MISSING), error_code=grpc.StatusCode.NOT_FOUND, error_text=MISSING),
+    Call("antler.sandbox.v1", "skill", "SkillService", "GetSkill",
+         lambda m: m.GetSkillRequest(name="no-such-skill"), error_code=grpc.StatusCode.NOT_FOUND, error_text='no skill named "no-such-skill"'),
+    Call("antler.sandbox.v1", "skill", "SkillService", "GetSkill",
+         lambda m: m.GetSkillRequest(name="Not_Hyphen"), error_code=grpc.StatusCode.INVALID_ARGUMENT, error_text="name: "),
     Call("antler.mcp.v1", "mcp", "McpService", "ListServers",
          lambda m: m.ListServersRequest(), check=_no_mcp_servers),
     Call("antler.mcp.v1", "mcp", "McpService", "GetPoolStats",

@@ -6,13 +6,18 @@ slowly, for cancellation and reconnects). Every test talks to ``runs.langgraph_a
 ``langgraph_sdk.get_client(url=…, api_key=…)`` (raw httpx only for what the SDK cannot send: a body that
 is not JSON, the response headers).
 
-Environment: ``ANTLER_BIN`` (default ``<repo>/target/debug/antler``).
+The same server is also driven by the real ``@langchain/langgraph-sdk`` (npm) from Node:
+``integration-tests/node/langgraph_sdk.test.js``, run by ``test_the_node_sdk_drives_the_edge``.
+
+Environment: ``ANTLER_BIN`` (default ``<repo>/target/debug/antler``); ``ANTLER_TOOLS`` (default ``<repo>/.tools``),
+where ``scripts/setup`` installs the Node SDK (``node-langgraph/``).
 Run: ``python -m pytest -q integration-tests/python/test_langgraph_sdk.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import time
 import uuid
@@ -57,6 +62,7 @@ runs:
   heartbeat_secs: 1
   langgraph_api:
     listen: 127.0.0.1:0
+    cors_origins: ["http://localhost:3000"]
 sandbox:
   provider: local
 models:
@@ -199,6 +205,39 @@ def test_another_users_thread_and_runs_look_missing(server: Server) -> None:
         assert [t["thread_id"] for t in await alice.threads.search(metadata={"owner_tag": "alice-only"})] == [thread["thread_id"]]
 
     run(body)
+
+
+def test_cors_lets_the_configured_browser_origin_in_and_no_other(server: Server) -> None:
+    ui = "http://localhost:3000"
+    preflight = httpx.options(
+        f"{server.url}/threads/search",
+        headers={"Origin": ui, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type,x-api-key"},
+    )
+    assert preflight.status_code == 200, preflight.text
+    assert preflight.headers["access-control-allow-origin"] == ui
+    assert "POST" in preflight.headers["access-control-allow-methods"]
+    allowed = preflight.headers["access-control-allow-headers"].lower()
+    assert "x-api-key" in allowed and "authorization" in allowed, allowed
+    # An origin that is not listed gets no CORS grant (the browser then refuses the call).
+    other = httpx.options(
+        f"{server.url}/threads/search",
+        headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"},
+    )
+    assert "access-control-allow-origin" not in other.headers
+    # The real call from the UI: granted, and Content-Location (where the SDK finds the run id) is readable.
+    thread = httpx.post(f"{server.url}/threads", json={}, headers={"Origin": ui, "x-api-key": ALICE}).json()
+    created = httpx.post(
+        f"{server.url}/threads/{thread['thread_id']}/runs",
+        json={"assistant_id": "lead", "input": user("hi"), "config": quick()},
+        headers={"Origin": ui, "x-api-key": ALICE},
+    )
+    assert created.status_code == 200, created.text
+    assert created.headers["access-control-allow-origin"] == ui
+    assert "content-location" in created.headers["access-control-expose-headers"].lower()
+    assert created.headers["content-location"].endswith(created.json()["run_id"])
+    # Credentials are still required: CORS grants a browser the right to ask, not to be trusted.
+    refused = httpx.post(f"{server.url}/threads", json={}, headers={"Origin": ui})
+    assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == ui
 
 
 # --------------------------------------------------------------------------------------------------
@@ -612,3 +651,31 @@ def test_requests_are_counted_by_endpoint_and_status(server: Server) -> None:
     assert httpx.post(f"{server.url}/threads", json={}).status_code == 401
     assert count("threads", "200") == before_ok + 1
     assert count("threads", "401") == before_refused + 1
+
+
+# --------------------------------------------------------------------------------------------------
+# The Node SDK
+# --------------------------------------------------------------------------------------------------
+
+NODE_SDK = Path(os.environ.get("ANTLER_TOOLS", antler_up.REPO / ".tools")) / "node-langgraph" / "node_modules"
+NODE_TEST = antler_up.REPO / "integration-tests" / "node" / "langgraph_sdk.test.js"
+
+
+def test_the_node_sdk_drives_the_edge(server: Server) -> None:
+    """``@langchain/langgraph-sdk``'s thread, stream (four modes), join, cancel, wait, state and history calls."""
+    if not (NODE_SDK / "@langchain" / "langgraph-sdk" / "package.json").is_file():
+        pytest.fail(f"@langchain/langgraph-sdk is not installed under {NODE_SDK} (run scripts/setup)")
+    env = {
+        **os.environ,
+        "NODE_PATH": str(NODE_SDK),
+        "ANTLER_LANGGRAPH_URL": server.url,
+        "ANTLER_KEY": ALICE,
+        "QUICK_ANSWER": QUICK_ANSWER,
+        "SLOW_ANSWER": SLOW_ANSWER,
+    }
+    done = subprocess.run(
+        ["node", "--test", "--test-reporter=tap", str(NODE_TEST)], env=env, capture_output=True, text=True, timeout=180,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"{output}\n{server.logs()}"
+    assert "# pass 3" in output and "# fail 0" in output, output

@@ -1,7 +1,8 @@
 """A Python grpcio client reaches ``antler up`` over TLS and mTLS with the CA, and nothing else gets in.
 
 Certificates are generated per module with ``cryptography`` (installed by ``scripts/setup``): one CA, a server
-certificate for ``localhost`` and ``127.0.0.1``, a client certificate from the same CA, and a second, unrelated CA.
+certificate for ``localhost`` and ``127.0.0.1``, a client certificate from the same CA, and a second, unrelated CA
+(``pki.py``).
 
 * TLS: a secure channel trusting the CA gets SERVING from ``grpc.health.v1.Health/Check`` and answers a real
   RPC (``ModelService.ListModels``, through stubs generated from ``proto/``); an insecure channel and a channel
@@ -14,8 +15,6 @@ Run: ``python -m pytest -q integration-tests/python/test_tls.py``.
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -25,13 +24,10 @@ from typing import Iterator
 import grpc
 import grpc_tools
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import antler_up
+from pki import Ca, issue, new_ca
 
 REPO = Path(__file__).resolve().parents[2]
 PROTO_ROOT = REPO / "proto"
@@ -41,67 +37,6 @@ RPC_TIMEOUT_S = 10.0
 # --------------------------------------------------------------------------------------------------
 # Certificates
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Ca:
-    name: str
-    key: ec.EllipticCurvePrivateKey
-    cert: x509.Certificate
-
-    @property
-    def pem(self) -> bytes:
-        return self.cert.public_bytes(serialization.Encoding.PEM)
-
-
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _validity(builder: x509.CertificateBuilder) -> x509.CertificateBuilder:
-    now = datetime.datetime.now(datetime.timezone.utc)
-    return builder.not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
-
-
-def new_ca(name: str) -> Ca:
-    key = ec.generate_private_key(ec.SECP256R1())
-    builder = _validity(
-        x509.CertificateBuilder()
-        .subject_name(_name(name))
-        .issuer_name(_name(name))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False, encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-    )
-    return Ca(name, key, builder.sign(key, hashes.SHA256()))
-
-
-def issue(ca: Ca, common_name: str, dns: list[str], ips: list[str]) -> tuple[bytes, bytes]:
-    """A leaf certificate usable by servers and clients: (certificate PEM, PKCS#8 key PEM)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
-    names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(common_name))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-    )
-    if names:
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    cert = _validity(builder).sign(ca.key, hashes.SHA256())
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
 @dataclass

@@ -249,10 +249,11 @@ impl Drop for Process {
 }
 
 /// The six Antler services, by fully qualified name.
-pub const ALL_SERVICES: [&str; 6] = [
+pub const ALL_SERVICES: [&str; 7] = [
     "antler.runs.v1.ThreadService",
     "antler.runs.v1.RunService",
     "antler.sandbox.v1.SandboxService",
+    "antler.sandbox.v1.SkillService",
     "antler.mcp.v1.McpService",
     "antler.models.v1.ModelService",
     "antler.memory.v1.MemoryService",

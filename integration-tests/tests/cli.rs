@@ -1,6 +1,6 @@
 //! The inspection commands as a script uses them: the real `antler up` (models played by the LLM
 //! double), and the `antler` binary run as a subprocess for `threads`, `runs`, `events`, `models`,
-//! `mcp` and `memory`, checking exit codes, that `--json` parses and carries the right ids and
+//! `mcp`, `memory` and `skills`, checking exit codes, that `--json` parses and carries the right ids and
 //! statuses, that a cancel through the CLI ends a run INTERRUPTED (and the `antler run` streaming it
 //! exits with the INTERRUPTED code), and that an unknown id exits with the not-found code and a clear
 //! message.
@@ -173,4 +173,68 @@ async fn the_cli_lists_shows_follows_and_cancels_with_documented_exit_codes() ->
 /// A uint64 field (a string in the proto3 JSON mapping) of `value`.
 fn seq_of(value: &Value, field: &str) -> u64 {
     value[field].as_str().and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// A `.skill` archive (a zip with `name/SKILL.md`).
+fn skill_archive(path: &std::path::Path, name: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(path)?);
+    zip.start_file(format!("{name}/SKILL.md"), zip::write::SimpleFileOptions::default())?;
+    write!(zip, "---\nname: {name}\ndescription: Installed from the command line.\nallowed-tools: [bash]\n---\n# {name}\n")?;
+    zip.finish()?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_skills_commands_install_show_enable_disable_and_delete() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let public = dir.path().join("public");
+    std::fs::create_dir_all(public.join("alpha"))?;
+    std::fs::write(public.join("alpha/SKILL.md"), "---\nname: alpha\ndescription: A public skill.\n---\n# alpha\n")?;
+    let config = format!("sandbox:\n  provider: local\n  skills:\n    public_dir: {}\n", public.display());
+    let server = start("antler", Launch::new(["up"]).config(config))?;
+
+    let archive = dir.path().join("csv-report.skill");
+    skill_archive(&archive, "csv-report")?;
+    let installed = json(&server, &["skills", "install", archive.to_str().unwrap_or_default()]).await?;
+    assert_eq!(installed["skill"]["name"], "csv-report", "{installed}");
+    assert_eq!(installed["skill"]["category"], "SKILL_CATEGORY_CUSTOM", "{installed}");
+    assert_eq!(installed["skill"]["allowedTools"]["tools"][0], "bash", "{installed}");
+    // Installing it again without --replace is refused by the server (exit 6), with --replace it works.
+    let again = antler(&server, &["skills", "install", archive.to_str().unwrap_or_default()]).await?;
+    assert_eq!(again.status.code(), Some(6), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--replace"), "{}", String::from_utf8_lossy(&again.stderr));
+    let replaced = json(&server, &["skills", "install", archive.to_str().unwrap_or_default(), "--replace"]).await?;
+    assert_eq!(replaced["replaced"], true, "{replaced}");
+
+    let listed = json(&server, &["skills", "list"]).await?;
+    let names: Vec<(&str, bool)> = listed["skills"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| (s["name"].as_str().unwrap_or_default(), s["enabled"].as_bool().unwrap_or(false)))
+        .collect();
+    assert_eq!(names, [("alpha", true), ("csv-report", true)], "{listed}");
+
+    let disabled = json(&server, &["skills", "disable", "alpha"]).await?;
+    assert_eq!(disabled["skill"]["enabled"], Value::Null, "proto3 JSON leaves out false: {disabled}");
+    let enabled = json(&server, &["skills", "list", "--enabled"]).await?;
+    assert_eq!(enabled["skills"].as_array().map(Vec::len), Some(1), "{enabled}");
+    json(&server, &["skills", "enable", "alpha"]).await?;
+
+    let shown = antler(&server, &["skills", "show", "csv-report"]).await?;
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success() && text.contains("/mnt/skills/custom/csv-report/SKILL.md") && text.contains("# csv-report"), "{text}");
+    assert!(text.contains("allowed tools: bash"), "{text}");
+
+    // Public skills are disabled, not deleted (exit 6); an unknown one exits with the not-found code.
+    let public_delete = antler(&server, &["skills", "delete", "alpha"]).await?;
+    assert_eq!(public_delete.status.code(), Some(6), "{}", String::from_utf8_lossy(&public_delete.stderr));
+    json(&server, &["skills", "delete", "csv-report"]).await?;
+    let gone = antler(&server, &["skills", "show", "csv-report"]).await?;
+    assert_eq!(gone.status.code(), Some(NOT_FOUND), "{}", String::from_utf8_lossy(&gone.stderr));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("no skill named \"csv-report\""), "{}", String::from_utf8_lossy(&gone.stderr));
+    let missing_file = antler(&server, &["skills", "install", "/nonexistent.skill"]).await?;
+    assert_eq!(missing_file.status.code(), Some(1), "a file that cannot be read");
+    Ok(())
 }

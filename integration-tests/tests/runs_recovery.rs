@@ -3,8 +3,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use antler_integration_tests::db::{BACKENDS, TestDb};
+use antler_integration_tests::db::{BACKENDS, Backend, TestDb};
 use antler_integration_tests::runs::*;
+use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::*;
 use sea_orm::{ConnectionTrait, Statement};
 use serde_json::json;
@@ -202,4 +203,169 @@ async fn a_dead_replica_s_run_gets_the_next_free_slot_before_pending_runs() -> a
         );
     }
     Ok(())
+}
+
+/// One row of the side-effect journal, read straight from the store: (attempt, result, is_error).
+async fn journal_row(db: &TestDb, run_id: &str, key: &str) -> anyhow::Result<Option<(i32, Option<String>, bool)>> {
+    let conn = db.connect().await?;
+    let row = conn
+        .query_one_raw(Statement::from_string(
+            conn.get_database_backend(),
+            format!("SELECT attempt, result, is_error FROM tool_effects WHERE run_id = '{run_id}' AND tool_call_id = '{key}'"),
+        ))
+        .await?;
+    Ok(match row {
+        Some(row) => Some((row.try_get("", "attempt")?, row.try_get("", "result")?, row.try_get("", "is_error")?)),
+        None => None,
+    })
+}
+
+/// The custom events of a run's whole log, as (event name, data as JSON text).
+async fn customs(runs: &mut RunServiceClient<tonic::transport::Channel>, run_id: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let events = runs
+        .list_run_events(authed(ListRunEventsRequest { run_id: run_id.to_owned(), ..Default::default() }, ALICE))
+        .await?
+        .into_inner()
+        .events;
+    Ok(events
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            Some(run_event::Kind::Custom(c)) => {
+                let data = c.data.map(|v| antler_kit::json::value_to_json(&v).to_string()).unwrap_or_default();
+                Some((c.name, data))
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// The script agent journals its side-effecting steps like the lead agent's tools: after a kill -9
+/// and a takeover that resumes before a step that already happened, the step is not repeated; a
+/// step whose intent an earlier attempt recorded without a result is recorded as unknown and
+/// skipped, never redone blindly.
+#[tokio::test]
+async fn a_takeover_never_repeats_a_journalled_script_step() -> anyhow::Result<()> {
+    for backend in BACKENDS {
+        let db = TestDb::new(backend).await?;
+        let mut first = start_runs(&db, "")?;
+        let (mut runs, _) = clients(&first).await?;
+        let steps = json!([
+            {"checkpoint": true},
+            {"custom": "effect"},
+            {"sleep_ms": 2000},
+            {"custom": "uncertain"},
+            {"checkpoint": true},
+            {"say": "done"}
+        ]);
+        let run = runs.create_run(authed(run_request("", steps), ALICE)).await?.into_inner().run.unwrap_or_default();
+        // The effect (step 1) happened and its result is journalled; the worker is in the sleep.
+        let deadline = std::time::Instant::now() + T;
+        while journal_row(&db, &run.run_id, "script-step-1").await?.and_then(|r| r.1).is_none() {
+            anyhow::ensure!(std::time::Instant::now() < deadline, "{backend:?}: step 1 never journalled\n{}", first.stderr());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        first.signal(libc::SIGKILL)?;
+        first.wait_exit(Duration::from_secs(5))?;
+        // As if the dead worker had also recorded step 3's intent and died before its result.
+        let conn = db.connect().await?;
+        conn.execute_raw(Statement::from_string(
+            conn.get_database_backend(),
+            format!(
+                "INSERT INTO tool_effects (run_id, tool_call_id, tool_name, arguments, attempt, intent_at, is_error) \
+                 VALUES ('{}', 'script-step-3', 'script.custom', '\"uncertain\"', 1, 0, FALSE)",
+                run.run_id
+            ),
+        ))
+        .await?;
+
+        let second = start_runs(&db, "")?;
+        let (mut runs, _) = clients(&second).await?;
+        let done = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+        assert_eq!((done.status(), done.attempt), (RunStatus::Success, 2), "{backend:?}: {:?}\n{}", done.error, second.stderr());
+
+        let customs = customs(&mut runs, &run.run_id).await?;
+        let named = |name: &str, data: &str| customs.iter().filter(|(n, d)| n == name && d == data).count();
+        assert_eq!(named("script", "\"effect\""), 1, "{backend:?}: the effect ran once: {customs:?}");
+        assert_eq!(named("script", "\"uncertain\""), 0, "{backend:?}: an unknown outcome is not redone: {customs:?}");
+        assert_eq!(named("script_effect_unknown", "\"uncertain\""), 1, "{backend:?}: the clients are told: {customs:?}");
+        assert_eq!(journal_row(&db, &run.run_id, "script-step-1").await?, Some((1, Some("emitted".to_owned()), false)), "{backend:?}");
+        let (attempt, result, is_error) = journal_row(&db, &run.run_id, "script-step-3").await?.unwrap_or_default();
+        assert_eq!((attempt, is_error), (1, true), "{backend:?}");
+        assert!(result.as_deref().is_some_and(|r| r.starts_with("outcome unknown")), "{backend:?}: {result:?}");
+    }
+    Ok(())
+}
+
+/// Three replicas on PostgreSQL, each with one slot and a backlog of older PENDING runs. A replica
+/// that admitted PENDING runs is killed: the survivors start those runs within lease + grace +
+/// sweep interval + 1 s of the kill, before their own older backlog, and each exactly once.
+#[tokio::test]
+async fn a_dead_replica_s_pending_runs_start_elsewhere_within_the_takeover_bound() -> anyhow::Result<()> {
+    let extra = "  max_concurrent_runs: 1\n";
+    // lease_secs 3 + lease_grace_secs 0 + sweep_interval_secs 1 + 1 s (see `runs::config`).
+    let bound_ms = 5_000i64;
+    let db = TestDb::new(Backend::Postgres).await?;
+    let mut victim = start_runs(&db, extra)?;
+    let survivors = [start_runs(&db, extra)?, start_runs(&db, extra)?];
+    let (mut on_victim, _) = clients(&victim).await?;
+    let (mut on_b, _) = clients(&survivors[0]).await?;
+    let (mut on_c, _) = clients(&survivors[1]).await?;
+
+    // The survivors' own work, older than anything the victim admits: about 9 s for two slots.
+    let mut backlog = Vec::new();
+    for i in 0..60 {
+        let runs = if i % 2 == 0 { &mut on_b } else { &mut on_c };
+        let run = runs.create_run(authed(run_request("", json!([{"sleep_ms": 300}])), ALICE)).await?.into_inner().run.unwrap_or_default();
+        backlog.push(run.run_id);
+    }
+    // The victim's slot is busy, so what it admits next waits PENDING with the victim as owner.
+    let blocker =
+        on_victim.create_run(authed(run_request("", json!([{"wait_cancel": true}])), ALICE)).await?.into_inner().run.unwrap_or_default();
+    wait_run(&mut on_victim, ALICE, &blocker.run_id, T, |r| r.status() == RunStatus::Running).await?;
+    let mut orphans = Vec::new();
+    for _ in 0..3 {
+        let run =
+            on_victim.create_run(authed(run_request("", json!([{"say": "orphan"}])), ALICE)).await?.into_inner().run.unwrap_or_default();
+        orphans.push(run.run_id);
+    }
+    for orphan in &orphans {
+        let run = wait_run(&mut on_b, ALICE, orphan, T, |_| true).await?;
+        assert_eq!(run.status(), RunStatus::Pending, "admitted while the victim's only slot is busy");
+    }
+    let killed_at = now_ms();
+    victim.signal(libc::SIGKILL)?;
+    victim.wait_exit(Duration::from_secs(5))?;
+    // The blocker would take a survivor's slot when taken over; cancelled, the sweep just ends it.
+    on_b.cancel_run(authed(CancelRunRequest { run_id: blocker.run_id.clone(), ..Default::default() }, ALICE)).await?;
+
+    let mut last_backlog_start = 0i64;
+    for run_id in &backlog {
+        let run = wait_run(&mut on_b, ALICE, run_id, Duration::from_secs(60), is_terminal).await?;
+        last_backlog_start = last_backlog_start.max(ms(run.started_at));
+    }
+    for orphan in &orphans {
+        let run = wait_run(&mut on_b, ALICE, orphan, T, is_terminal).await?;
+        let started = ms(run.started_at) - killed_at;
+        assert_eq!((run.status(), run.attempt), (RunStatus::Success, 1), "{orphan}: started once: {:?}", run.error);
+        assert!(
+            started <= bound_ms,
+            "{orphan} started {started} ms after the kill (bound {bound_ms} ms)\n{}\n{}",
+            survivors[0].stderr(),
+            survivors[1].stderr()
+        );
+        assert!(
+            ms(run.started_at) < last_backlog_start,
+            "{orphan} started at {} ms, after the survivors' whole older backlog (last started at {last_backlog_start} ms)",
+            ms(run.started_at)
+        );
+    }
+    Ok(())
+}
+
+fn ms(t: Option<prost_types::Timestamp>) -> i64 {
+    t.map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000).unwrap_or(0)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

@@ -59,9 +59,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* The in-cluster DNS name of a component's Service: what its certificate must name. */}}
+{{- define "antler.serviceHost" -}}
+{{- printf "%s.%s.svc" (include "antler.componentName" .) .root.Release.Namespace }}
+{{- end }}
+
 {{/* The in-cluster address of a component's Service, as the other services' clients dial it. */}}
 {{- define "antler.endpoint" -}}
-{{- printf "http://%s.%s.svc:%d" (include "antler.componentName" .) .root.Release.Namespace (int .root.Values.port) }}
+{{- printf "%s://%s:%d" (ternary "https" "http" .root.Values.tls.enabled) (include "antler.serviceHost" .) (int .root.Values.port) }}
+{{- end }}
+
+{{/* Where the TLS Secret's files are in every pod. */}}
+{{- define "antler.tlsDir" -}}/etc/antler-tls{{- end }}
+
+{{/* The port the probes ask: the plaintext health-only listener when TLS is on (Kubernetes' gRPC probes do
+     not speak TLS), else the gRPC port itself. */}}
+{{- define "antler.probePort" -}}
+{{- if .Values.tls.enabled }}{{ .Values.tls.healthPort }}{{ else }}{{ .Values.port }}{{ end }}
 {{- end }}
 
 {{/* Name of the Secret holding the API key and the service key. */}}
@@ -119,7 +133,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 {{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
-{{- fail "tls.enabled is true but tls.secretName is empty: name a kubernetes.io/tls Secret (tls.crt, tls.key, optional ca.crt)" }}
+{{- fail "tls.enabled is true but tls.secretName is empty: name a kubernetes.io/tls Secret (tls.crt, tls.key and ca.crt, e.g. from cert-manager)" }}
+{{- end }}
+{{- if and .Values.tls.enabled (or (eq (int .Values.tls.healthPort) (int .Values.port)) (and .Values.metrics.enabled (eq (int .Values.tls.healthPort) (int .Values.metrics.port)))) }}
+{{- fail (printf "tls.healthPort (%d) must differ from port and metrics.port: it is a separate plaintext listener for the probes" (int .Values.tls.healthPort)) }}
 {{- end }}
 {{- end }}
 
@@ -149,19 +166,30 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/* The generated antler.yaml: listen address, auth with both keys, every client wired to its Service (split)
-     or to this process (all-in-one), the database URL by reference; then .Values.config merged over it. Only
-     keys the binary accepts today are rendered (server.metrics when metrics.enabled; server.tls is not rendered:
-     the gRPC probes do not speak TLS, see the chart README).
+     or to this process (all-in-one), the database URL by reference; then .Values.config merged over it.
+     server.metrics when metrics.enabled; with tls.enabled, server.tls from the mounted Secret, the plaintext
+     health-only listener the probes use, and (split) each client's https endpoint with the CA and the Service
+     name its certificate must carry (and the client pair with tls.mutual).
      Call with (dict "root" $ "database" true|false): every process resolves every $VAR in the file, so the pods
      that do not get ANTLER_DATABASE_URL (sandbox, models, mcp) get a file without the reference. */}}
 {{- define "antler.config" -}}
 {{- $root := .root }}
 {{- $withDatabase := .database }}
 {{- $clients := dict }}
+{{- $tlsDir := include "antler.tlsDir" $root }}
 {{- range $component := list "runs" "sandbox" "mcp" "models" "memory" }}
 {{- $client := dict "service_token" "$ANTLER_SERVICE_KEY" }}
 {{- if eq $root.Values.mode "split" }}
-{{- $_ := set $client "endpoint" (include "antler.endpoint" (dict "root" $root "component" $component)) }}
+{{- $ctx := dict "root" $root "component" $component }}
+{{- $_ := set $client "endpoint" (include "antler.endpoint" $ctx) }}
+{{- if $root.Values.tls.enabled }}
+{{- $tls := dict "ca" (printf "%s/ca.crt" $tlsDir) "server_name" (include "antler.serviceHost" $ctx) }}
+{{- if $root.Values.tls.mutual }}
+{{- $_ := set $tls "cert" (printf "%s/tls.crt" $tlsDir) }}
+{{- $_ := set $tls "key" (printf "%s/tls.key" $tlsDir) }}
+{{- end }}
+{{- $_ := set $client "tls" $tls }}
+{{- end }}
 {{- end }}
 {{- $_ := set $clients $component $client }}
 {{- end }}
@@ -175,6 +203,15 @@ app.kubernetes.io/component: {{ .component }}
   "log" (dict "format" "json" "filter" "info,sqlx=warn") }}
 {{- if $root.Values.metrics.enabled }}
 {{- $_ := set $server "metrics" (dict "listen" (printf "0.0.0.0:%d" (int $root.Values.metrics.port))) }}
+{{- end }}
+{{- if $root.Values.tls.enabled }}
+{{- /* In all-in-one mode the in-process clients follow the server (and, with client_ca, present its pair). */}}
+{{- $serverTls := dict "cert" (printf "%s/tls.crt" $tlsDir) "key" (printf "%s/tls.key" $tlsDir) "required" true }}
+{{- if $root.Values.tls.mutual }}
+{{- $_ := set $serverTls "client_ca" (printf "%s/ca.crt" $tlsDir) }}
+{{- end }}
+{{- $_ := set $server "tls" $serverTls }}
+{{- $_ := set $server "health_listen" (printf "0.0.0.0:%d" (int $root.Values.tls.healthPort)) }}
 {{- end }}
 {{- $base := dict "server" $server "clients" $clients }}
 {{- if and $withDatabase (include "antler.hasDatabase" $root) }}
@@ -211,7 +248,7 @@ app.kubernetes.io/component: {{ .component }}
   mountPath: /tmp
 {{- if .Values.tls.enabled }}
 - name: tls
-  mountPath: /etc/antler-tls
+  mountPath: {{ include "antler.tlsDir" . }}
   readOnly: true
 {{- end }}
 {{- end }}
@@ -281,20 +318,26 @@ spec:
           containerPort: {{ $root.Values.metrics.port }}
           protocol: TCP
         {{- end }}
+        {{- if $root.Values.tls.enabled }}
+        - name: health
+          containerPort: {{ $root.Values.tls.healthPort }}
+          protocol: TCP
+        {{- end }}
       # grpc.health.v1.Health needs no token; a draining server reports NOT_SERVING, so readiness drops
-      # before the port closes. The startup probe covers migrations and the sandbox's bwrap probe.
+      # before the port closes. The startup probe covers migrations and the sandbox's bwrap probe. With TLS
+      # on they ask the plaintext health-only listener (same statuses): the kubelet's gRPC probe has no TLS.
       startupProbe:
         grpc:
-          port: {{ $root.Values.port }}
+          port: {{ include "antler.probePort" $root }}
           service: {{ .health | quote }}
         {{- toYaml $root.Values.probes.startup | nindent 8 }}
       livenessProbe:
         grpc:
-          port: {{ $root.Values.port }}
+          port: {{ include "antler.probePort" $root }}
         {{- toYaml $root.Values.probes.liveness | nindent 8 }}
       readinessProbe:
         grpc:
-          port: {{ $root.Values.port }}
+          port: {{ include "antler.probePort" $root }}
           service: {{ .health | quote }}
         {{- toYaml $root.Values.probes.readiness | nindent 8 }}
       securityContext:

@@ -110,14 +110,40 @@ pub async fn stream_and_print(channel: Channel, token: Option<&str>, create: Cre
     if let Some(token) = token {
         request.metadata_mut().insert("authorization", format!("Bearer {token}").parse()?);
     }
+    let mut spinner = crate::spinner::Spinner::stdout();
     let mut stream = RunServiceClient::new(channel).stream_run(request).await?.into_inner();
     let mut printer = Printer::default();
-    while let Some(item) = stream.next().await {
+    let mut ticker = tokio::time::interval(crate::spinner::TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        let item = tokio::select! {
+            item = stream.next() => item,
+            _ = ticker.tick() => {
+                spinner.tick(printer.open != Open::None)?;
+                continue;
+            }
+        };
+        let Some(item) = item else { break };
         let Some(event) = item?.event else { continue };
         let Some(kind) = event.kind else { continue };
+        // Heartbeats keep the stream alive; they are not progress.
+        if !matches!(kind, Kind::Heartbeat(_)) {
+            spinner.clear()?;
+            spinner.reset(waiting_for(&kind));
+        }
         printer.print(event.seq, kind)?;
     }
+    spinner.clear()?;
     Ok(printer.status)
+}
+
+/// What the run waits for after `kind` (the spinner's label).
+fn waiting_for(kind: &Kind) -> String {
+    match kind {
+        Kind::ToolStarted(t) => format!("running {}", t.name),
+        Kind::End(_) => "finishing".to_owned(),
+        _ => "waiting for the model".to_owned(),
+    }
 }
 
 /// What `antler memory` does.

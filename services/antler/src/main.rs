@@ -5,6 +5,7 @@
 
 mod cli;
 mod client;
+mod spinner;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -83,6 +84,8 @@ enum Command {
     Models(cli::models::Args),
     /// The MCP servers and their tools.
     Mcp(cli::mcp::Args),
+    /// Your skills: list, show, install a .skill archive, enable, disable, delete.
+    Skills(cli::skills::Args),
     /// Inspect configuration.
     Config {
         #[command(subcommand)]
@@ -231,6 +234,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Events(args) => cli::events::run(args).await?,
         Command::Models(args) => cli::models::run(args).await?,
         Command::Mcp(args) => cli::mcp::run(args).await?,
+        Command::Skills(args) => cli::skills::run(args).await?,
         Command::Serve { service, serve } => {
             let program = format!("antler serve {}", service.registration().name);
             antler_kit::cli::run(&program, &serve, &[service.registration()]).await?;

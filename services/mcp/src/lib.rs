@@ -52,6 +52,9 @@ fn register<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFut
     Box::pin(async move {
         let hub = build(&ctx.config)?;
         hub.spawn_background(ctx.shutdown.clone());
+        // The hub applies reloads; following the extensions file and antler.yaml is `reload`'s job, so
+        // the hub never imports the module that drives it.
+        reload::spawn_watcher(hub.clone(), ctx.shutdown.clone());
         tokio::spawn(tracing::Instrument::instrument(
             reload::follow_config(hub.clone(), ctx.config_updates.clone(), ctx.shutdown.clone()),
             tracing::info_span!("mcp_config_follow"),

@@ -110,7 +110,7 @@ fn secs(value: u64) -> Option<Duration> {
 impl Hub {
     /// Builds the hub and loads the servers. An unreadable extensions file at start-up is an error.
     pub fn new(mcp: McpConfig, antler_yaml: Option<&Path>, data_dir: &Path, cwd: PathBuf) -> std::result::Result<Arc<Self>, String> {
-        let layout = Layout::new(data_dir, None, antler_sandbox::resolve::Ownership::default())
+        let layout = Layout::new(data_dir, &Default::default(), antler_sandbox::resolve::Ownership::default())
             .map_err(|e| format!("cannot prepare the workspace directories under {}: {e}", data_dir.display()))?;
         let p = &mcp.pool;
         let pool = Pool::new(PoolSettings {
@@ -589,7 +589,7 @@ impl Hub {
             .collect())
     }
 
-    /// Starts the background sweeper and the extensions-file watcher; both stop at `shutdown`.
+    /// Starts the background pool sweeper; it stops at `shutdown`.
     pub fn spawn_background(self: &Arc<Self>, shutdown: CancellationToken) {
         let hub = self.clone();
         let every = Duration::from_secs(self.config().pool.sweep_interval_secs);
@@ -606,7 +606,6 @@ impl Hub {
             },
             tracing::info_span!("mcp_pool_sweeper"),
         ));
-        crate::reload::spawn_watcher(self.clone(), shutdown);
     }
 }
 

@@ -19,7 +19,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use crate::deerflow;
-use crate::providers::replay::ReplayScript;
+use crate::providers::replay::script::ReplayScript;
 use crate::spec::{ApiKey, Capabilities, ModelSpec, ProviderKind, RetryPolicy, Timeouts};
 
 /// Settings of the models service.

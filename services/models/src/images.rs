@@ -11,15 +11,10 @@ use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
 use tonic::Code;
 
 use crate::error::ModelError;
-use crate::request::ChatCall;
+use crate::request::{ChatCall, is_virtual};
 
 /// Largest image read from a sandbox (providers refuse far smaller ones; this only bounds our memory).
 pub const MAX_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
-
-/// True when `url` names a file in a sandbox rather than something a provider can fetch.
-pub fn is_virtual(url: &str) -> bool {
-    url.starts_with("/mnt/")
-}
 
 /// Where sandbox images come from.
 #[derive(Debug, Clone)]

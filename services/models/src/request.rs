@@ -13,6 +13,12 @@ use prost::Message as _;
 use crate::error::ModelError;
 use crate::spec::ModelSpec;
 
+/// True when an image URL names a file in a sandbox (`/mnt/…`), which the models service reads through the
+/// sandbox service (`images`), rather than something a provider can fetch.
+pub fn is_virtual(url: &str) -> bool {
+    url.starts_with("/mnt/")
+}
+
 /// Largest encoded `metadata` accepted.
 const MAX_METADATA_BYTES: usize = 16 * 1024;
 /// Longest caller tag.
@@ -172,7 +178,7 @@ impl ChatCall {
                 for (j, part) in message.content.iter().enumerate() {
                     if let Some(content_part::Part::Image(image)) = &part.part
                         && let Some(image_part::Source::Url(url)) = &image.source
-                        && crate::images::is_virtual(url)
+                        && is_virtual(url)
                     {
                         return Err(ModelError::invalid(
                             format!("messages[{i}].content[{j}].image.url"),
@@ -237,7 +243,7 @@ impl ChatCall {
     /// True when an image is given as a sandbox path and must be read before a provider can see it.
     pub fn has_sandbox_images(&self) -> bool {
         self.messages.iter().flat_map(|m| &m.content).any(|p| {
-            matches!(&p.part, Some(content_part::Part::Image(image)) if matches!(&image.source, Some(image_part::Source::Url(url)) if crate::images::is_virtual(url)))
+            matches!(&p.part, Some(content_part::Part::Image(image)) if matches!(&image.source, Some(image_part::Source::Url(url)) if is_virtual(url)))
         })
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::providers::replay::ReplayScript;
+use crate::providers::replay::script::ReplayScript;
 
 /// Which wire protocol a model speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -136,6 +136,11 @@ pub struct DatabaseConfig {
     pub url: String,
     /// Connections in the pool.
     pub max_connections: u32,
+    /// PostgreSQL: connections of a second, small pool kept for lease renewals, replica heartbeats
+    /// and takeovers, so run traffic that fills `max_connections` cannot delay the writes that keep a
+    /// live replica's leases (a late renewal fences a healthy run) or a dead one's runs moving
+    /// (1..16; each replica opens up to `max_connections` + this many). SQLite: unused.
+    pub control_connections: u32,
     /// Time to wait for a connection, in milliseconds.
     pub connect_timeout_ms: u64,
     /// SQLite: how long a write waits for another process's lock before failing, in milliseconds.
@@ -147,7 +152,14 @@ pub struct DatabaseConfig {
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        Self { url: String::new(), max_connections: 16, connect_timeout_ms: 5_000, sqlite_busy_timeout_ms: 5_000, sqlite_wal_max_mib: 64 }
+        Self {
+            url: String::new(),
+            max_connections: 16,
+            control_connections: 2,
+            connect_timeout_ms: 5_000,
+            sqlite_busy_timeout_ms: 5_000,
+            sqlite_wal_max_mib: 64,
+        }
     }
 }
 
@@ -170,6 +182,7 @@ impl RunsConfig {
             });
         }
         check_range("runs.database.max_connections", db.max_connections.into(), 1, 1000)?;
+        check_range("runs.database.control_connections", db.control_connections.into(), 1, 16)?;
         check_range("runs.database.connect_timeout_ms", db.connect_timeout_ms, 100, 600_000)?;
         check_range("runs.database.sqlite_busy_timeout_ms", db.sqlite_busy_timeout_ms, 0, 600_000)?;
         check_range("runs.database.sqlite_wal_max_mib", db.sqlite_wal_max_mib, 4, 65_536)?;

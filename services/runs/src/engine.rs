@@ -83,6 +83,9 @@ pub struct Engine {
     pub backlog: crate::lifecycle::backlog::Backlog,
     /// The last takeover pass left expired runs for lack of free slots (see `lease::take_over`).
     pub takeovers_waiting: std::sync::atomic::AtomicBool,
+    /// Dead replicas (no heartbeat) that own PENDING runs, as of the last sweep: the dispatcher
+    /// starts their runs before this replica's own PENDING ones (see `lifecycle/liveness.rs`).
+    pub dead_owners: Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -95,5 +98,10 @@ impl Engine {
     /// The local handle of a run executing here.
     pub fn local_run(&self, run_id: &str) -> Option<LocalRun> {
         self.local.lock().unwrap_or_else(|p| p.into_inner()).get(run_id).cloned()
+    }
+
+    /// See [`Engine::dead_owners`].
+    pub fn dead_owners(&self) -> Vec<String> {
+        self.dead_owners.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }

@@ -73,6 +73,7 @@ pub async fn mount(
         secrets: Default::default(),
         backlog: Default::default(),
         takeovers_waiting: Default::default(),
+        dead_owners: Default::default(),
         config,
     });
     tokio::spawn(lifecycle::admitter::run(engine.clone(), admissions).instrument(tracing::info_span!("admitter")));
@@ -81,6 +82,7 @@ pub async fn mount(
     set.on_drain(async move {
         drain.shutdown.cancelled().await;
         worker::drain(drain.clone()).await;
+        lifecycle::liveness::retire(&drain).await;
         drain.store.checkpoint_on_shutdown().await;
     });
     set.describe(antler_proto::FILE_DESCRIPTOR_SET);

@@ -10,25 +10,30 @@
 //! | `{"sleep_ms": n}` | waits (cancellable) |
 //! | `{"checkpoint": true}` | saves the state; a run resumed after a takeover continues after it |
 //! | `{"usage": {"model": m, "caller": c, "input": i, "output": o}}` | records token usage |
-//! | `{"produce": path, "text": t}` | writes the file through the sandbox service (`size` n: n bytes of `x`) |
+//! | `{"produce": path, "text": t}` | writes the file through the sandbox service (`size` n: n bytes of `x`); journalled |
 //! | `{"present": path}` | reports an output file as presented |
-//! | `{"custom": value}` | emits a custom event |
+//! | `{"custom": value}` | emits a custom event named `script`; journalled |
 //! | `{"task_event": id}` | emits a SUBAGENT event (phase STEP) of subagent task `id` |
 //! | `{"exec": command}` | runs the command in the run's sandbox (acquiring it first) until it exits; a CUSTOM event `exec` reports the exit |
 //! | `{"fail": "message"}` | ends the run ERROR |
 //! | `{"wait_cancel": true}` | waits until cancelled |
 //! | `{"stop_reason": "r"}` | sets the stop reason of a successful end |
+//!
+//! A resumed run continues after its last checkpoint; the journalled steps between that checkpoint
+//! and the crash are not repeated (see [`effects`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use antler_proto::common::{ContentPart, Message, Role, TextPart, Usage, content_part};
 use antler_proto::runs::run_event::Kind;
-use antler_proto::runs::{CustomEvent, MessageDelta, MessageEvent, RunError};
+use antler_proto::runs::{MessageDelta, MessageEvent, RunError};
 use futures::future::BoxFuture;
 use serde_json::Value;
 
 use antler_agent::{Agent, AgentContext, AgentFactory, RunSpec};
+
+pub mod effects;
 use antler_agent::{Outcome, Outputs};
 
 /// Builds [`ScriptAgent`]s and logs each construction (tests count them).
@@ -132,10 +137,7 @@ async fn execute(steps: &[Value], ctx: AgentContext) -> Outcome {
                 None => "x".repeat(step.get("size").and_then(Value::as_u64).unwrap_or(0).min(1 << 20) as usize),
             };
             // The file is written for real; what counts as produced is what the sandbox then holds.
-            if let Err(error) = produce(&ctx, path, text).await {
-                tracing::warn!(path, %error, "script produce step failed");
-            }
-            Ok(())
+            effects::produce(&ctx, index, path, text).await
         } else if let Some(Value::String(path)) = step.get("present") {
             outputs.presented.push(path.clone());
             Ok(())
@@ -157,7 +159,7 @@ async fn execute(steps: &[Value], ctx: AgentContext) -> Outcome {
             };
             ctx.emit(Kind::Custom(CustomEvent { name: "exec".to_owned(), data: Some(antler_kit::json::json_to_value(&data)) })).await
         } else if let Some(value) = step.get("custom") {
-            ctx.emit(Kind::Custom(CustomEvent { name: "script".to_owned(), data: Some(antler_kit::json::json_to_value(value)) })).await
+            effects::custom(&ctx, index, value).await
         } else if let Some(Value::String(message)) = step.get("fail") {
             return Outcome::Failed(RunError { code: "agent_error".to_owned(), message: message.clone(), retryable: false, details: None });
         } else if step.contains_key("wait_cancel") {
@@ -175,21 +177,6 @@ async fn execute(steps: &[Value], ctx: AgentContext) -> Outcome {
         }
     }
     Outcome::Completed { stop_reason, outputs }
-}
-
-/// Writes `text` to `path` in the run's sandbox (acquiring it first).
-async fn produce(ctx: &AgentContext, path: &str, text: String) -> Result<(), tonic::Status> {
-    use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
-    use antler_proto::sandbox::{AcquireSandboxRequest, WriteFileRequest, write_file_request};
-    let client = ctx.clients().get("sandbox").ok_or_else(|| tonic::Status::unavailable("no sandbox client"))?;
-    let call = ctx.call_context();
-    let mut grpc = SandboxServiceClient::new(client.channel());
-    let thread_id = ctx.spec.thread_id.clone();
-    grpc.acquire_sandbox(client.request(&call, AcquireSandboxRequest { thread_id: thread_id.clone() })).await?;
-    let write =
-        WriteFileRequest { thread_id, path: path.to_owned(), content: Some(write_file_request::Content::Text(text)), ..Default::default() };
-    grpc.write_file(client.request(&call, write)).await?;
-    Ok(())
 }
 
 /// Runs `command` in the run's sandbox (acquiring it first) until it exits: (exit code, kill reason

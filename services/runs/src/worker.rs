@@ -15,14 +15,19 @@ use tracing::Instrument;
 use crate::engine::{Engine, LocalRun, StopCause};
 use crate::host::{RunHost, RunIds};
 use crate::lifecycle::finalize::{self, Outcome, Outputs};
-use crate::lifecycle::{lease, start};
+use crate::lifecycle::{lease, liveness, start};
 use crate::store::entity::{checkpoints, run_inputs, runs};
 use crate::store::now_ms;
 use antler_agent::{AgentContext, RunSpec};
 
-/// Starts the dispatcher and the sweeper; both stop at shutdown. The first sweep runs before this
-/// returns, so runs orphaned by a crash are claimed at start-up.
+/// Starts the heartbeat, the dispatcher and the sweeper; all stop at shutdown. The first heartbeat
+/// and the first sweep happen before this returns, so runs orphaned by a crash are claimed at
+/// start-up and no run is admitted here before this replica is known to be alive.
 pub async fn spawn(engine: Arc<Engine>) {
+    if let Err(error) = liveness::beat(&engine).await {
+        tracing::warn!(%error, "first heartbeat failed; retrying in a third of the lease");
+    }
+    tokio::spawn(liveness::keep_beating(engine.clone()).instrument(tracing::info_span!("heartbeat")));
     if let Err(error) = sweep_once(&engine).await {
         tracing::warn!(%error, "start-up sweep failed; the periodic sweep will retry");
     }
@@ -43,7 +48,8 @@ async fn dispatch(engine: Arc<Engine>) {
             if free == 0 {
                 break;
             }
-            // Runs taken over from a dead replica come before PENDING ones.
+            // Runs taken over from a dead replica come before PENDING ones (and among those, the
+            // ones a dead replica admitted come first: `start::startable`).
             if engine.takeovers_waiting.load(std::sync::atomic::Ordering::Relaxed) {
                 match lease::take_over(&engine, free).await {
                     Ok(claimed) => launch_claimed(&engine, claimed).await,
@@ -105,6 +111,8 @@ async fn sweeper(engine: Arc<Engine>) {
 async fn sweep_once(engine: &Arc<Engine>) -> Result<(), crate::error::RunsError> {
     let swept = lease::sweep(engine, engine.permits.available_permits()).await?;
     launch_claimed(engine, swept.claimed).await;
+    // The PENDING runs of replicas that died go before our own (see `start::startable`).
+    liveness::find_dead(engine).await?;
     engine.wake.notify_one();
     forget_ended_secrets(engine).await?;
     Ok(())

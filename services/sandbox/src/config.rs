@@ -25,8 +25,8 @@ pub struct SandboxConfig {
     /// Let the `local` provider run commands as plain host processes. Off by default: `local` is not a
     /// security boundary. Ignored by `bwrap`.
     pub allow_host_bash: bool,
-    /// Host directory shown read-only at `/mnt/skills`. Unset: `/mnt/skills` is an empty read-only view.
-    pub skills_dir: Option<PathBuf>,
+    /// Skills: where they come from, their enabled state, archive install limits.
+    pub skills: SkillsConfig,
     /// Sandboxes kept live in memory (least recently used beyond it are dropped; their files stay and
     /// they read as RELEASED until acquired again).
     pub max_live_sandboxes: u64,
@@ -53,7 +53,7 @@ impl Default for SandboxConfig {
         Self {
             provider: ProviderChoice::Auto,
             allow_host_bash: false,
-            skills_dir: None,
+            skills: SkillsConfig::default(),
             max_live_sandboxes: 256,
             idle_release_secs: 1800,
             reap_interval_secs: 60,
@@ -74,6 +74,45 @@ pub enum ProviderChoice {
     Bwrap,
     Local,
 }
+
+/// `sandbox.skills`.
+///
+/// Public skills are read from `public_dir`; each user's custom skills live under the data directory
+/// (`{data_dir}/sandbox/users/{user}/skills/custom`). A user's sandboxes see the skills enabled for that
+/// user, read-only, at `/mnt/skills/{public,custom}/<name>`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SkillsConfig {
+    /// Directory of the public skills (`<name>/SKILL.md`), shared by every user. Relative paths are taken
+    /// from the working directory. The default `skills/public` is the repository's directory; when it
+    /// does not exist there are no public skills. A directory set explicitly must exist.
+    pub public_dir: Option<PathBuf>,
+    /// DeerFlow's `extensions_config.json` (`{"skills": {"<name>": {"enabled": false}}}`): the operator's
+    /// default enabled state of each skill. Relative paths are taken from the data directory. A user's
+    /// own choice (SetSkillEnabled) overrides it for that user. A missing file enables every skill.
+    pub extensions_config: PathBuf,
+    /// Most custom skills one user may install.
+    pub max_custom_per_user: u64,
+    /// Largest `.skill` archive InstallSkill accepts, in bytes (checked while it streams in).
+    pub max_archive_bytes: u64,
+    /// Limits on the archive's content.
+    pub install: crate::skills::install::InstallLimits,
+}
+
+impl Default for SkillsConfig {
+    fn default() -> Self {
+        Self {
+            public_dir: None,
+            extensions_config: PathBuf::from("extensions_config.json"),
+            max_custom_per_user: 100,
+            max_archive_bytes: 512 * MIB,
+            install: crate::skills::install::InstallLimits::default(),
+        }
+    }
+}
+
+/// The public skills directory used when `sandbox.skills.public_dir` is unset (if it exists).
+pub const DEFAULT_PUBLIC_SKILLS: &str = "skills/public";
 
 /// `sandbox.commands`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -286,12 +325,24 @@ impl SandboxConfig {
         check_range("sandbox.idle_release_secs", self.idle_release_secs, 0, 30 * 86_400)?;
         check_range("sandbox.reap_interval_secs", self.reap_interval_secs, 1, 86_400)?;
         check_range("sandbox.fence_retention_secs", self.fence_retention_secs, 60, 30 * 86_400)?;
-        if let Some(dir) = &self.skills_dir
-            && !dir.is_absolute()
+        let s = &self.skills;
+        check_range("sandbox.skills.max_custom_per_user", s.max_custom_per_user, 0, 100_000)?;
+        check_range("sandbox.skills.max_archive_bytes", s.max_archive_bytes, KIB, 64 * GIB)?;
+        check_range("sandbox.skills.install.max_entries", s.install.max_entries, 1, 1_000_000)?;
+        check_range("sandbox.skills.install.max_file_bytes", s.install.max_file_bytes, 1, 64 * GIB)?;
+        check_range("sandbox.skills.install.max_total_bytes", s.install.max_total_bytes, s.install.max_file_bytes, 256 * GIB)?;
+        if s.extensions_config.as_os_str().is_empty() {
+            return Err(ConfigError::Invalid {
+                path: "sandbox.skills.extensions_config".to_owned(),
+                message: "must name a file (it need not exist)".to_owned(),
+            });
+        }
+        if let Some(dir) = &s.public_dir
+            && !dir.is_dir()
         {
             return Err(ConfigError::Invalid {
-                path: "sandbox.skills_dir".to_owned(),
-                message: format!("`{}` must be an absolute path", dir.display()),
+                path: "sandbox.skills.public_dir".to_owned(),
+                message: format!("`{}` is not a directory", dir.display()),
             });
         }
 

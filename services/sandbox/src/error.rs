@@ -17,6 +17,9 @@ pub enum SandboxError {
     /// No sandbox was ever acquired for this thread by this caller.
     #[error("no sandbox for thread {thread_id}\nhint: call AcquireSandbox first")]
     SandboxNotFound { thread_id: String },
+    /// The caller has no skill of that name (another user's custom skill included).
+    #[error("no skill named {name:?}\nhint: `antler skills list` shows the skills you have")]
+    SkillNotFound { name: String },
     /// The file or directory named by the request does not exist.
     #[error("{path}: no such file or directory")]
     PathNotFound { path: String },
@@ -115,7 +118,7 @@ impl SandboxError {
     pub fn label(&self) -> &'static str {
         match self {
             Self::InvalidArgument { .. } => "invalid_argument",
-            Self::SandboxNotFound { .. } | Self::PathNotFound { .. } => "not_found",
+            Self::SandboxNotFound { .. } | Self::PathNotFound { .. } | Self::SkillNotFound { .. } => "not_found",
             Self::Released { .. } | Self::WrongKind { .. } | Self::FailedPrecondition(_) => "failed_precondition",
             Self::PermissionDenied { .. } => "permission_denied",
             Self::ResourceExhausted(_) => "resource_exhausted",
@@ -130,7 +133,9 @@ impl From<SandboxError> for Status {
         let message = error.to_string();
         match error {
             SandboxError::InvalidArgument { .. } => Status::invalid_argument(message),
-            SandboxError::SandboxNotFound { .. } | SandboxError::PathNotFound { .. } => Status::not_found(message),
+            SandboxError::SandboxNotFound { .. } | SandboxError::PathNotFound { .. } | SandboxError::SkillNotFound { .. } => {
+                Status::not_found(message)
+            }
             SandboxError::Released { .. } | SandboxError::WrongKind { .. } | SandboxError::FailedPrecondition(_) => {
                 Status::failed_precondition(message)
             }

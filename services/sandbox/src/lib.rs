@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use antler_kit::ServiceSet;
 use antler_kit::cli::{BoxError, RegisterFuture, Registration, ServiceContext};
-use antler_proto::sandbox::sandbox_service_server;
+use antler_proto::sandbox::{sandbox_service_server, skill_service_server};
 
 /// How `antler-sandbox` and `antler up` mount this service.
 pub const SERVICE: Registration = Registration { name: "sandbox", validate: config::validate, register };
@@ -44,7 +44,9 @@ fn register<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFut
         let sandboxes = tokio::task::spawn_blocking(move || build(&config, shutdown)).await.map_err(|e| e.to_string())??;
         sandboxes.spawn_background(ctx.shutdown.clone());
         set.describe(antler_proto::FILE_DESCRIPTOR_SET);
+        let skills = skills::api::SkillApi::new(sandboxes.skills().clone(), sandboxes.config());
         antler_kit::add_service!(set, sandbox_service_server::SandboxServiceServer::new(api::SandboxApi::new(sandboxes)));
+        antler_kit::add_service!(set, skill_service_server::SkillServiceServer::new(skills));
         Ok(())
     })
 }

@@ -259,6 +259,11 @@ impl Registry {
     /// workspace directories.
     pub async fn acquire(&self, user_id: &str, thread_id: &str) -> Result<(Arc<Sandbox>, bool)> {
         let workspace = self.layout.workspace(user_id, thread_id);
+        // The skills view first: every acquire brings it up to date (and repairs a tampered copy).
+        let (skills, user) = (self.layout.skills().clone(), user_id.to_owned());
+        tokio::task::spawn_blocking(move || skills.refresh_view(&user))
+            .await
+            .map_err(|e| SandboxError::Internal(format!("skills view task failed: {e}")))??;
         let ensure = workspace.clone();
         let created = tokio::task::spawn_blocking(move || ensure.ensure())
             .await
@@ -395,7 +400,7 @@ mod tests {
 
     fn registry(capacity: usize) -> std::io::Result<(tempfile::TempDir, Registry)> {
         let dir = tempfile::tempdir()?;
-        let layout = Layout::new(dir.path(), None, Ownership::default())?;
+        let layout = Layout::new(dir.path(), &Default::default(), Ownership::default())?;
         Ok((dir, Registry::new(layout, capacity)))
     }
 

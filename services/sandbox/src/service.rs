@@ -28,6 +28,7 @@ pub struct Sandboxes {
     config: SandboxConfig,
     /// The highest attempt seen per run (see [`crate::fence`]).
     fences: Fences,
+    skills: Arc<crate::skills::library::Library>,
 }
 
 /// Runs blocking filesystem work on the blocking pool.
@@ -39,7 +40,9 @@ impl Sandboxes {
     pub fn new(config: SandboxConfig, selection: Selection, shutdown: CancellationToken) -> Self {
         let runner = Runner::new(selection.provider.clone(), config.commands.clone(), shutdown);
         let capacity = usize::try_from(config.max_live_sandboxes).unwrap_or(usize::MAX);
+        let skills = selection.layout.skills().clone();
         Self {
+            skills,
             registry: Registry::new(selection.layout, capacity),
             runner,
             provider: selection.provider,
@@ -51,6 +54,11 @@ impl Sandboxes {
 
     pub fn config(&self) -> &SandboxConfig {
         &self.config
+    }
+
+    /// The users' skills (SkillService).
+    pub fn skills(&self) -> &Arc<crate::skills::library::Library> {
+        &self.skills
     }
 
     pub fn provider(&self) -> &dyn Provider {

@@ -3,7 +3,9 @@
 //!
 //! ```text
 //! {data_dir}/sandbox/                          0711, the service's
-//!   empty-skills/                              mounted at /mnt/skills when sandbox.skills_dir is unset
+//!   empty-skills/                              /mnt/skills of the bwrap start-up probe
+//!   users/{user_dir}/skills/view/              the user's enabled skills, mounted at /mnt/skills
+//!                                              (see skills::library)
 //!   users/{user_dir}/threads/{thread_id}/      0711 (user_dir: see ids::user_dir_name)
 //!     user-data/                               0711
 //!       workspace/ uploads/ outputs/           0755, owned by the sandbox user (see resolve::Ownership)
@@ -14,50 +16,50 @@
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::error::{Result, SandboxError};
 use crate::ids;
 use crate::paths::{Root, USER_DATA};
 use crate::resolve::{self, Ownership};
+use crate::skills::library::Library;
 
 /// The on-disk layout shared by every sandbox of this server.
 #[derive(Debug, Clone)]
 pub struct Layout {
     base: PathBuf,
-    skills: PathBuf,
+    skills: Arc<Library>,
     ownership: Ownership,
 }
 
 impl Layout {
-    /// Creates `{data_dir}/sandbox` (and the empty skills view) if needed. Paths are made absolute and
-    /// canonical, because that is how the kernel reports them in command output we must mask.
-    pub fn new(data_dir: &Path, skills_dir: Option<&Path>, ownership: Ownership) -> std::io::Result<Self> {
+    /// Creates `{data_dir}/sandbox` (and the probe's empty skills directory) if needed. Paths are made
+    /// absolute and canonical, because that is how the kernel reports them in command output we must mask.
+    pub fn new(data_dir: &Path, skills: &crate::config::SkillsConfig, ownership: Ownership) -> std::io::Result<Self> {
         let base = data_dir.join("sandbox");
         make_dir(&base, 0o711)?;
         let base = std::fs::canonicalize(&base)?;
-        let skills = match skills_dir {
-            Some(dir) => std::fs::canonicalize(dir)
-                .map_err(|e| std::io::Error::new(e.kind(), format!("sandbox.skills_dir {}: {e}", dir.display())))?,
-            None => {
-                let empty = base.join("empty-skills");
-                make_dir(&empty, 0o755)?;
-                empty
-            }
-        };
+        make_dir(&base.join("empty-skills"), 0o755)?;
+        let skills = Arc::new(Library::new(&base, data_dir, skills)?);
         Ok(Self { base, skills, ownership })
     }
 
     /// The sandbox's directories, whether or not they exist yet.
     pub fn workspace(&self, user_id: &str, thread_id: &str) -> Workspace {
         let thread = self.base.join("users").join(ids::user_dir_name(user_id)).join("threads").join(thread_id);
-        Workspace { user_data: thread.join("user-data"), thread, skills: self.skills.clone(), ownership: self.ownership }
+        Workspace { user_data: thread.join("user-data"), thread, skills: self.skills.view_dir(user_id), ownership: self.ownership }
     }
 
     /// A workspace outside every user's tree, for the bwrap start-up probe.
     pub fn probe_workspace(&self) -> Workspace {
         let thread = self.base.join("probe").join("threads").join("probe");
-        Workspace { user_data: thread.join("user-data"), thread, skills: self.skills.clone(), ownership: self.ownership }
+        Workspace { user_data: thread.join("user-data"), thread, skills: self.base.join("empty-skills"), ownership: self.ownership }
+    }
+
+    /// The skills of this server's users.
+    pub fn skills(&self) -> &Arc<Library> {
+        &self.skills
     }
 
     pub fn base(&self) -> &Path {
@@ -172,7 +174,7 @@ mod tests {
     #[test]
     fn ensure_creates_the_layout_once() -> std::io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let layout = Layout::new(dir.path(), None, Ownership::default())?;
+        let layout = Layout::new(dir.path(), &Default::default(), Ownership::default())?;
         let ws = layout.workspace("a.b", "t1");
         assert!(!ws.exists());
         assert!(ws.ensure()?);
@@ -180,6 +182,7 @@ mod tests {
         for root in Root::USER_DATA {
             assert!(ws.host_root(root).is_dir());
         }
+        layout.skills().refresh_view("a.b").map_err(std::io::Error::other)?;
         assert!(ws.host_root(Root::Skills).is_dir());
         let mode = std::fs::metadata(layout.base())?.permissions().mode() & 0o777;
         assert_eq!(mode, 0o711);
@@ -189,7 +192,7 @@ mod tests {
     #[test]
     fn two_users_with_one_thread_id_get_two_directories() -> std::io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let layout = Layout::new(dir.path(), None, Ownership::default())?;
+        let layout = Layout::new(dir.path(), &Default::default(), Ownership::default())?;
         let a = layout.workspace("alice", "t");
         let b = layout.workspace("bob", "t");
         assert_ne!(a.host_root(Root::Workspace), b.host_root(Root::Workspace));
@@ -199,7 +202,7 @@ mod tests {
     #[test]
     fn masks_put_the_longest_host_prefix_first() -> std::io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let layout = Layout::new(dir.path(), None, Ownership::default())?;
+        let layout = Layout::new(dir.path(), &Default::default(), Ownership::default())?;
         let masks = layout.workspace("u", "t").masks();
         assert!(masks.windows(2).all(|w| w[0].0.len() >= w[1].0.len()));
         assert!(masks.iter().any(|(_, v)| v == "/mnt/user-data"));

@@ -80,6 +80,11 @@ pub struct ServerConfig {
     pub tracing: TracingConfig,
     /// TLS for this server's listener (off when `cert` is empty).
     pub tls: ServerTlsConfig,
+    /// `host:port` of a second, plaintext listener that serves only `grpc.health.v1.Health` (the
+    /// same statuses as the main listener, NOT_SERVING while draining); empty (the default): none.
+    /// For health checkers that cannot speak TLS, such as Kubernetes' gRPC probes, when `tls` is on.
+    /// It needs no token and answers nothing but SERVING / NOT_SERVING per service name.
+    pub health_listen: String,
 }
 
 impl Default for ServerConfig {
@@ -99,7 +104,21 @@ impl Default for ServerConfig {
             metrics: MetricsConfig::default(),
             tracing: TracingConfig::default(),
             tls: ServerTlsConfig::default(),
+            health_listen: String::new(),
         }
+    }
+}
+
+impl ServerConfig {
+    /// The health-only listener's address, or None when there is none.
+    pub fn health_listen_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        if self.health_listen.trim().is_empty() {
+            return Ok(None);
+        }
+        self.health_listen.trim().parse().map(Some).map_err(|_| ConfigError::Invalid {
+            path: "server.health_listen".to_owned(),
+            message: format!("`{}` is not a host:port address such as 0.0.0.0:8081 (empty: no health-only listener)", self.health_listen),
+        })
     }
 }
 
@@ -435,6 +454,7 @@ impl Config {
         s.auth.validate("server.auth")?;
         s.metrics.validate()?;
         s.tracing.validate()?;
+        s.health_listen_addr()?;
         for (name, client) in self.clients.iter() {
             let path = format!("clients.{name}");
             let scheme_ok = ["http://", "https://"].iter().any(|scheme| client.endpoint.starts_with(scheme));
@@ -569,6 +589,15 @@ mod tests {
         let config = parse("runs:\n  workerz: 3\n");
         let text = config.and_then(|c| c.section::<Runs>("runs")).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(text.contains("runs") && text.contains("workerz"), "{text}");
+    }
+
+    #[test]
+    fn the_health_only_listener_is_off_by_default_and_checked() {
+        let text = parse("server:\n  health_listen: nowhere\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("server.health_listen") && text.contains("nowhere"), "{text}");
+        assert!(parse("").is_ok_and(|c| c.server.health_listen_addr().is_ok_and(|a| a.is_none())), "off by default");
+        let on = parse("server:\n  health_listen: 0.0.0.0:8081\n");
+        assert!(on.is_ok_and(|c| c.server.health_listen_addr().is_ok_and(|a| a.is_some_and(|a| a.port() == 8081))));
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub enum MetricsError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("cannot install the metrics recorder: {0}")]
     Recorder(String),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// The running endpoint.
@@ -62,7 +64,7 @@ pub fn recorder(config: &MetricsConfig) -> Result<metrics_exporter_prometheus::P
 
 /// Installs the global recorder and starts serving `/metrics` when `server.metrics.listen` is set;
 /// None when it is empty. The endpoint stops when `shutdown` is cancelled.
-pub async fn start(config: &MetricsConfig, shutdown: CancellationToken) -> Result<Option<MetricsEndpoint>, crate::cli::RunError> {
+pub async fn start(config: &MetricsConfig, shutdown: CancellationToken) -> Result<Option<MetricsEndpoint>, MetricsError> {
     let Some(addr) = config.listen_addr()? else { return Ok(None) };
     let listener = TcpListener::bind(addr).await.map_err(|source| MetricsError::Bind { addr, source })?;
     let local_addr = listener.local_addr().map_err(|source| MetricsError::Bind { addr, source })?;

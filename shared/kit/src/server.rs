@@ -45,6 +45,8 @@ pub enum ServeError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("reflection setup failed: {0}")]
     Reflection(String),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     #[error("server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
 }
@@ -199,6 +201,16 @@ pub async fn serve_with_tls(
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
     let ServiceSet { mut routes, names, drains, .. } = services;
+    // Stops the health-only listener when this function returns, not at the signal: during the
+    // drain it keeps answering NOT_SERVING, as the main listener does.
+    let health_only = CancellationToken::new();
+    let _stop_health_only = health_only.clone().drop_guard();
+    if let Some(addr) = config.health_listen_addr()? {
+        let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
+        let mut only = RoutesBuilder::default();
+        only.add_service(health.clone());
+        tokio::spawn(serve_health_only(listener, only.routes(), health_only.clone()));
+    }
     let drains = tokio::spawn(futures::future::join_all(drains));
     routes.add_service(health).add_service(reflection_v1).add_service(reflection_v1alpha);
 
@@ -265,6 +277,19 @@ pub async fn serve_with_tls(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// `server.health_listen`: plaintext, `grpc.health.v1.Health` only (no reflection, no auth: health
+/// needs no token on the main listener either), for checkers that cannot speak TLS.
+async fn serve_health_only(listener: TcpListener, health: tonic::service::Routes, stop: CancellationToken) {
+    let addr = listener.local_addr().ok();
+    tracing::info!(addr = ?addr, "serving grpc.health.v1.Health only, plaintext");
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let served =
+        tonic::transport::Server::builder().add_routes(health).serve_with_incoming_shutdown(incoming, stop.cancelled_owned()).await;
+    if let Err(error) = served {
+        tracing::warn!(%error, "the health-only listener stopped");
+    }
 }
 
 async fn set_all(reporter: &HealthReporter, names: &[&'static str], status: ServingStatus) {

@@ -13,6 +13,7 @@ pub struct LeadConfig {
     pub guardrails: GuardrailsConfig,
     pub middlewares: MiddlewaresConfig,
     pub mcp: McpToolsConfig,
+    pub skills: SkillsConfig,
     pub summarization: SummarizationConfig,
     pub token_budget: TokenBudgetConfig,
     pub memory: MemoryConfig,
@@ -137,6 +138,23 @@ pub struct McpToolsConfig {
 }
 
 impl Default for McpToolsConfig {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
+/// Skills in the lead agent (the skills themselves, their directories and install limits are the
+/// sandbox's `sandbox.skills` section).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SkillsConfig {
+    /// List the user's enabled skills in the system prompt (`<available_skills>`, from the sandbox
+    /// service's SkillService at the start of each attempt) and apply the `allowed-tools` of the skills
+    /// the model activates (the SkillToolPolicy layer).
+    pub enabled: bool,
+}
+
+impl Default for SkillsConfig {
     fn default() -> Self {
         Self { enabled: true }
     }

@@ -38,6 +38,8 @@ pub struct RunEnv {
     promoted: Mutex<Promoted>,
     /// Images `view_image` accepted, (path, media type), shown with the next model call only.
     images: Mutex<Vec<(String, String)>>,
+    /// The user's enabled skills for this attempt (see `lead::skills`).
+    skills: std::sync::OnceLock<Vec<super::skills::SkillInfo>>,
 }
 
 /// Deferred tools promoted by `tool_search`, and the catalog they belong to. Kept in checkpoints, so a
@@ -78,6 +80,7 @@ impl RunEnv {
             catalog_hash,
             promoted: Mutex::new(Promoted::default()),
             images: Mutex::new(Vec::new()),
+            skills: std::sync::OnceLock::new(),
             ctx,
             sandbox: OnceCell::new(),
             presented: Mutex::new(Vec::new()),
@@ -86,6 +89,16 @@ impl RunEnv {
             jump_to_model: AtomicBool::new(false),
             outputs_before: Mutex::new(None),
         }
+    }
+
+    /// Sets this attempt's enabled skills (once, before the loop starts).
+    pub fn set_skills(&self, skills: Vec<super::skills::SkillInfo>) {
+        let _ = self.skills.set(skills);
+    }
+
+    /// This attempt's enabled skills (empty when skills are off or none are enabled).
+    pub fn skills(&self) -> &[super::skills::SkillInfo] {
+        self.skills.get().map_or(&[], Vec::as_slice)
     }
 
     pub fn thread_id(&self) -> &str {

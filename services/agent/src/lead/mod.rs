@@ -14,6 +14,7 @@ pub mod model_info;
 pub mod pipeline;
 pub mod prompt;
 pub mod runner;
+pub mod skills;
 pub mod state;
 pub mod tool_error;
 pub mod tool_exec;
@@ -96,6 +97,8 @@ impl AgentFactory for LeadFactory {
             system_prompt,
             catalog_hash: String::new(),
             mcp_enabled: self.config.mcp.enabled,
+            skills_enabled: self.config.skills.enabled,
+            skills: Vec::new(),
         }))
     }
 }
@@ -110,6 +113,10 @@ pub struct LeadAgent {
     pub catalog_hash: String,
     /// Whether the attempt lists the MCP service's tools (`runs.lead.mcp.enabled`).
     pub mcp_enabled: bool,
+    /// Whether the attempt lists the user's skills (`runs.lead.skills.enabled`).
+    pub skills_enabled: bool,
+    /// The user's enabled skills, listed at the start of the attempt.
+    pub skills: Vec<skills::SkillInfo>,
 }
 
 impl LeadAgent {
@@ -136,6 +143,10 @@ impl LeadAgent {
 impl Agent for LeadAgent {
     fn run(mut self: Box<Self>, ctx: AgentContext) -> BoxFuture<'static, Outcome> {
         Box::pin(async move {
+            if self.skills_enabled {
+                self.skills = skills::discover(&ctx).await;
+                self.system_prompt.push_str(&skills::prompt_section(&self.skills));
+            }
             if self.mcp_enabled {
                 self.add_mcp_tools(&ctx).await;
             }
@@ -184,7 +195,17 @@ mod tests {
         let names = LeadFactory::default().pipeline(&spec()).map(|p| p.names()).unwrap_or_default();
         assert_eq!(
             names,
-            vec!["ThreadData", "Uploads", "Sandbox", "DanglingToolCall", "ToolErrorHandling", "Title", "LoopDetection", "Clarification"]
+            vec![
+                "ThreadData",
+                "Uploads",
+                "Sandbox",
+                "DanglingToolCall",
+                "ToolErrorHandling",
+                "SkillToolPolicy",
+                "Title",
+                "LoopDetection",
+                "Clarification"
+            ]
         );
     }
 
@@ -207,6 +228,7 @@ mod tests {
                 "Guardrail",
                 "Audit",
                 "ToolErrorHandling",
+                "SkillToolPolicy",
                 "MyTitle",
                 "Tail",
                 "Clarification"

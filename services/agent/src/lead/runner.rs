@@ -24,6 +24,7 @@ const SUMMARY_CHARS: usize = 2000;
 /// Runs one attempt to its outcome.
 pub async fn run(agent: &LeadAgent, ctx: AgentContext) -> Outcome {
     let env = RunEnv::with_catalog(ctx, agent.catalog_hash.clone());
+    env.set_skills(agent.skills.clone());
     let result = drive(agent, &env).await;
     // A fenced worker no longer owns the run: another one may be using the thread's sandbox now.
     if !matches!(result, Err(LoopError::Fenced)) {

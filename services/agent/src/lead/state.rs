@@ -32,6 +32,9 @@ pub struct ThreadState {
     pub promoted: super::env::Promoted,
     /// What the Summarization layer condensed of the older messages (empty: nothing yet).
     pub summary_text: String,
+    /// SKILL.md paths of the skills activated on this thread (read by the model), in order; their
+    /// `allowed-tools` apply (the SkillToolPolicy layer).
+    pub skill_context: Vec<String>,
 }
 
 /// One item of the plan.
@@ -96,7 +99,14 @@ impl ThreadState {
             .map(antler_kit::json::value_to_json)
             .and_then(|v| serde_json::from_value::<super::env::Promoted>(v).ok())
             .unwrap_or_default();
+        let skill_context = values
+            .fields
+            .get("skill_context")
+            .map(antler_kit::json::value_to_json)
+            .and_then(|v| serde_json::from_value::<Vec<String>>(v).ok())
+            .unwrap_or_default();
         Self {
+            skill_context,
             summary_text: text("summary_text"),
             promoted,
             outputs_before,
@@ -134,6 +144,12 @@ impl ThreadState {
             && let Ok(promoted) = serde_json::to_value(&self.promoted)
         {
             values.fields.insert("promoted".to_owned(), antler_kit::json::json_to_value(&promoted));
+        }
+        if !self.skill_context.is_empty() {
+            let paths = self.skill_context.iter().map(|p| string(p)).collect();
+            values
+                .fields
+                .insert("skill_context".to_owned(), Value { kind: Some(Kind::ListValue(prost_types::ListValue { values: paths })) });
         }
         if let Ok(todos) = serde_json::to_value(&self.todos) {
             values.fields.insert("todos".to_owned(), antler_kit::json::json_to_value(&todos));

@@ -1,4 +1,4 @@
-//! The inspection commands (`antler threads|runs|events|models|mcp|memory …`): one file per command
+//! The inspection commands (`antler threads|runs|events|models|mcp|memory|skills …`): one file per command
 //! group, each a thin layer over the generated gRPC client. This module holds what they share: the
 //! connection flags, `--json` output, colour, and the exit codes.
 //!
@@ -10,7 +10,7 @@
 //! | 1  | any other failure (an INTERNAL error of the server, a file that cannot be read) |
 //! | 2  | usage error: unknown command or flag, bad flag value (clap's code) |
 //! | 3  | cannot reach the server (connection refused, TLS failure, UNAVAILABLE, DEADLINE_EXCEEDED) |
-//! | 4  | NOT_FOUND: no such thread, run or fact (or it belongs to another user) |
+//! | 4  | NOT_FOUND: no such thread, run, fact or skill (or it belongs to another user) |
 //! | 5  | UNAUTHENTICATED or PERMISSION_DENIED: pass --token / ANTLER_TOKEN |
 //! | 6  | the server refused the request: INVALID_ARGUMENT, FAILED_PRECONDITION, ABORTED, ALREADY_EXISTS, RESOURCE_EXHAUSTED, OUT_OF_RANGE |
 //! | 7  | UNIMPLEMENTED: the server at --addr does not serve that service |
@@ -23,6 +23,7 @@ pub mod mcp;
 pub mod memory;
 pub mod models;
 pub mod runs;
+pub mod skills;
 pub mod threads;
 
 use std::io::IsTerminal;
@@ -196,9 +197,9 @@ impl Style {
     /// A status word, coloured by what it means: green done, yellow paused or busy, red failed.
     pub fn status(self, word: &str) -> String {
         let code = match word {
-            "SUCCESS" | "IDLE" | "READY" | "CONNECTED" => "32",
+            "SUCCESS" | "IDLE" | "READY" | "CONNECTED" | "ENABLED" => "32",
             "RUNNING" | "PENDING" | "FINALIZING" | "BUSY" | "INTERRUPTED" | "CONNECTING" => "33",
-            "ERROR" | "TIMEOUT" | "FAILED" | "DISCONNECTED" => "31",
+            "ERROR" | "TIMEOUT" | "FAILED" | "DISCONNECTED" | "INVALID" => "31",
             _ => "0",
         };
         self.paint(code, word)

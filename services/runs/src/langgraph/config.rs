@@ -24,11 +24,25 @@ pub struct LangGraphApiConfig {
     pub max_page: u32,
     /// Largest `offset` of those listings (an offset is paged through, so it costs reads).
     pub max_offset: u32,
+    /// Browser origins allowed to call the edge (CORS), e.g. `["http://localhost:3000"]` for DeerFlow's
+    /// web UI, or `["*"]` for any. Each is `scheme://host[:port]`. Empty (the default): no CORS headers,
+    /// so browsers refuse cross-origin calls; other clients are not affected either way.
+    pub cors_origins: Vec<String>,
+    /// How long a browser may cache a preflight answer, in seconds.
+    pub cors_max_age_secs: u64,
 }
 
 impl Default for LangGraphApiConfig {
     fn default() -> Self {
-        Self { listen: String::new(), max_body_bytes: 8 * 1024 * 1024, max_concurrent_requests: 1024, max_page: 1000, max_offset: 10_000 }
+        Self {
+            listen: String::new(),
+            max_body_bytes: 8 * 1024 * 1024,
+            max_concurrent_requests: 1024,
+            max_page: 1000,
+            max_offset: 10_000,
+            cors_origins: Vec::new(),
+            cors_max_age_secs: 600,
+        }
     }
 }
 
@@ -50,6 +64,56 @@ impl LangGraphApiConfig {
         check_range("runs.langgraph_api.max_concurrent_requests", self.max_concurrent_requests.into(), 1, 100_000)?;
         check_range("runs.langgraph_api.max_page", self.max_page.into(), 1, 10_000)?;
         check_range("runs.langgraph_api.max_offset", self.max_offset.into(), 0, 1_000_000)?;
+        check_range("runs.langgraph_api.cors_max_age_secs", self.cors_max_age_secs, 0, 86_400)?;
+        for (i, origin) in self.cors_origins.iter().enumerate() {
+            check_origin(origin)
+                .map_err(|message| ConfigError::Invalid { path: format!("runs.langgraph_api.cors_origins[{i}]"), message })?;
+        }
+        if self.cors_origins.len() > 1 && self.cors_origins.iter().any(|o| o == "*") {
+            return Err(ConfigError::Invalid {
+                path: "runs.langgraph_api.cors_origins".to_owned(),
+                message: "\"*\" allows every origin; list it alone".to_owned(),
+            });
+        }
         Ok(())
+    }
+
+    /// The CORS layer for `cors_origins` (None when the list is empty).
+    pub fn cors(&self) -> Option<tower_http::cors::CorsLayer> {
+        use axum::http::{HeaderName, HeaderValue, Method, header};
+        use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
+        if self.cors_origins.is_empty() {
+            return None;
+        }
+        let origin = if self.cors_origins.iter().any(|o| o == "*") {
+            AllowOrigin::any()
+        } else {
+            AllowOrigin::list(self.cors_origins.iter().filter_map(|o| HeaderValue::from_str(o.trim_end_matches('/')).ok()))
+        };
+        Some(
+            CorsLayer::new()
+                .allow_origin(origin)
+                .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE, Method::OPTIONS])
+                // Mirrored rather than `*`: browsers never let a wildcard cover Authorization.
+                .allow_headers(AllowHeaders::mirror_request())
+                // The SDKs read the run id from Content-Location and resume streams with Last-Event-ID.
+                .expose_headers([header::CONTENT_LOCATION, header::LOCATION, HeaderName::from_static("retry-after")])
+                .max_age(std::time::Duration::from_secs(self.cors_max_age_secs)),
+        )
+    }
+}
+
+/// `*`, or `scheme://host[:port]` with an http(s) scheme and nothing after the authority.
+fn check_origin(origin: &str) -> Result<(), String> {
+    if origin == "*" {
+        return Ok(());
+    }
+    let trimmed = origin.trim_end_matches('/');
+    let rest = trimmed.strip_prefix("http://").or_else(|| trimmed.strip_prefix("https://"));
+    match rest {
+        Some(authority) if !authority.is_empty() && !authority.contains(['/', '?', '#', ' ', '*']) => {
+            axum::http::HeaderValue::from_str(trimmed).map(|_| ()).map_err(|_| format!("`{origin}` holds characters a header cannot carry"))
+        }
+        _ => Err(format!("`{origin}` is not an origin: write scheme://host[:port], e.g. http://localhost:3000, or \"*\"")),
     }
 }

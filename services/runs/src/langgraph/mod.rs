@@ -214,7 +214,13 @@ pub async fn start(
         threads,
         runs,
     });
+    let cors = edge.config.cors();
     let app = routes::router(edge.clone()).layer(axum::middleware::from_fn_with_state(edge, gate));
+    // Outside the gate: a browser's preflight carries no credentials and is answered here.
+    let app = match cors {
+        Some(cors) => app.layer(cors),
+        None => app,
+    };
     let shutdown = engine.shutdown.clone();
     tokio::spawn(
         async move {
@@ -257,6 +263,14 @@ mod tests {
         let bad = LangGraphApiConfig { listen: "localhost:2024".to_owned(), ..LangGraphApiConfig::default() };
         assert!(bad.validate().is_err_and(|e| e.to_string().contains("runs.langgraph_api.listen")));
         assert!(matches!(LangGraphApiConfig::default().listen_addr(), Ok(None)), "off by default");
+        for bad in ["localhost:3000", "http://x/path", "ftp://x", "http://"] {
+            let config = LangGraphApiConfig { cors_origins: vec![bad.to_owned()], ..LangGraphApiConfig::default() };
+            assert!(config.validate().is_err_and(|e| e.to_string().contains("cors_origins[0]")), "{bad}");
+        }
+        let both = LangGraphApiConfig { cors_origins: vec!["*".to_owned(), "http://a".to_owned()], ..LangGraphApiConfig::default() };
+        assert!(both.validate().is_err());
+        let good = LangGraphApiConfig { cors_origins: vec!["http://localhost:3000/".to_owned()], ..LangGraphApiConfig::default() };
+        assert!(good.validate().is_ok() && good.cors().is_some() && LangGraphApiConfig::default().cors().is_none());
         let zero = LangGraphApiConfig { max_concurrent_requests: 0, ..LangGraphApiConfig::default() };
         assert!(zero.validate().is_err_and(|e| e.to_string().contains("max_concurrent_requests")));
     }

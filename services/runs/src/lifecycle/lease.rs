@@ -28,7 +28,7 @@ pub async fn renew(engine: &Engine, run_id: &str) -> Result<Renewal, RunsError> 
     let changed = engine
         .store
         .retry_busy(|| async {
-            let tx = engine.store.tx().await?;
+            let tx = engine.store.control_tx().await?;
             let changed = runs::Entity::update_many()
                 .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config.lease().as_millis() as i64))
                 .filter(runs::Column::RunId.eq(run_id))
@@ -49,7 +49,7 @@ pub async fn renew(engine: &Engine, run_id: &str) -> Result<Renewal, RunsError> 
         .select_only()
         .column(runs::Column::CancelAction)
         .into_tuple()
-        .one(engine.store.db())
+        .one(engine.store.control_db())
         .await?;
     Ok(Renewal::Renewed { cancel_action: cancel_action.flatten() })
 }
@@ -187,7 +187,7 @@ pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Mod
                     .add(runs::Column::Attempt.gte(engine.config.max_attempts as i32)),
             );
         }
-        let orphans = query.all(engine.store.db()).await?;
+        let orphans = query.all(engine.store.control_db()).await?;
         let exhausted = (orphans.len() as u64) < batch;
         if let Some(last) = orphans.last() {
             after = last.run_id.clone();
@@ -216,7 +216,18 @@ async fn take_over_batch(
         if engine.local_run(&run.run_id).is_some() {
             continue;
         }
-        let tx = engine.store.tx().await?;
+        // A run this pass cannot claim for lack of capacity costs no transaction: on a saturated
+        // replica the dispatcher runs this pass for every slot that frees, and a transaction per
+        // waiting orphan each time (one slot, dozens of orphans) delayed the takeovers themselves.
+        let needs_slot = run.status != FINALIZING
+            && run.cancel_action.is_none()
+            && run.attempt < engine.config.max_attempts as i32
+            && run.parent_run_id.is_none();
+        if needs_slot && claimed.len() >= capacity {
+            *waiting = true;
+            continue;
+        }
+        let tx = engine.store.control_tx().await?;
         let ended = if run.status == FINALIZING {
             // The finalizer wrote the receipt and its intended status, then died: add only the closing.
             let status = match run.final_status.as_deref() {

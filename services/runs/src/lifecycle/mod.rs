@@ -14,6 +14,7 @@ pub mod backlog;
 pub mod cancel;
 pub mod finalize;
 pub mod lease;
+pub mod liveness;
 pub mod resume;
 pub mod start;
 

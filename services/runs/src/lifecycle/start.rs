@@ -11,7 +11,8 @@ use crate::store::now_ms;
 
 /// Compare-and-set PENDING → RUNNING, only while the run is still PENDING, is its thread's active run
 /// (not queued), has no cancel request, and is ours to take: admitted by us, or by a replica whose
-/// lease on it has expired. Returns the started run, or None if someone else decided first.
+/// lease on it has expired or that is dead (see `liveness`). Returns the started run, or None if
+/// someone else decided first.
 pub async fn try_start(engine: &Engine, run_id: &str) -> Result<Option<runs::Model>, RunsError> {
     Ok(try_start_many(engine, &[run_id.to_owned()]).await?.pop())
 }
@@ -25,10 +26,7 @@ pub async fn try_start_many(engine: &Engine, run_ids: &[String]) -> Result<Vec<r
         return Ok(Vec::new());
     }
     let now = now_ms();
-    let claimable = Condition::any()
-        .add(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
-        .add(runs::Column::OwnerWorkerId.is_null())
-        .add(runs::Column::LeaseExpiresAt.lt(now - engine.config.grace().as_millis() as i64));
+    let claimable = claimable(engine, now);
     let started = engine
         .store
         .retry_busy(|| async {
@@ -55,13 +53,31 @@ pub async fn try_start_many(engine: &Engine, run_ids: &[String]) -> Result<Vec<r
     Ok(started)
 }
 
-/// PENDING runs this replica could start now, oldest first.
+/// PENDING runs this replica could start now: those admitted by a dead replica first (its clients
+/// already waited through its death), then the rest, oldest first.
 pub async fn startable(engine: &Engine, limit: u64) -> Result<Vec<String>, RunsError> {
-    let now = now_ms();
-    let claimable = Condition::any()
-        .add(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
-        .add(runs::Column::OwnerWorkerId.is_null())
-        .add(runs::Column::LeaseExpiresAt.lt(now - engine.config.grace().as_millis() as i64));
+    let dead = engine.dead_owners();
+    let mut found = if dead.is_empty() {
+        Vec::new()
+    } else {
+        pending(engine, Condition::all().add(runs::Column::OwnerWorkerId.is_in(dead.iter().map(String::as_str))), limit).await?
+    };
+    let left = limit.saturating_sub(found.len() as u64);
+    if left > 0 {
+        for run_id in pending(engine, claimable(engine, now_ms()), left + found.len() as u64).await? {
+            if found.len() as u64 == limit {
+                break;
+            }
+            if !found.contains(&run_id) {
+                found.push(run_id);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Up to `limit` startable PENDING runs that match `which`, oldest first.
+async fn pending(engine: &Engine, which: Condition, limit: u64) -> Result<Vec<String>, RunsError> {
     Ok(runs::Entity::find()
         .select_only()
         .column(runs::Column::RunId)
@@ -70,10 +86,24 @@ pub async fn startable(engine: &Engine, limit: u64) -> Result<Vec<String>, RunsE
         .filter(runs::Column::CancelAction.is_null())
         // A subagent run is started by its parent's `task` call, under the parent's slot.
         .filter(runs::Column::ParentRunId.is_null())
-        .filter(claimable)
+        .filter(which)
         .order_by_asc(runs::Column::CreatedAt)
         .limit(limit)
         .into_tuple::<String>()
         .all(engine.store.db())
         .await?)
+}
+
+/// The PENDING runs this replica may take: admitted here, unowned, whose admission lease is past
+/// the grace period, or admitted by a replica that is dead (no heartbeat, see `liveness`).
+fn claimable(engine: &Engine, now: i64) -> Condition {
+    let dead = engine.dead_owners();
+    let mut claimable = Condition::any()
+        .add(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
+        .add(runs::Column::OwnerWorkerId.is_null())
+        .add(runs::Column::LeaseExpiresAt.lt(now - engine.config.grace().as_millis() as i64));
+    if !dead.is_empty() {
+        claimable = claimable.add(runs::Column::OwnerWorkerId.is_in(dead));
+    }
+    claimable
 }

@@ -17,6 +17,7 @@ impl MigratorTrait for Migrator {
             Box::new(CancelCause),
             Box::new(Subagents),
             Box::new(CompactCheckpoints),
+            Box::new(Workers),
             Box::new(SqlAggregates),
         ]
     }
@@ -338,7 +339,7 @@ struct SqlAggregates;
 
 impl MigrationName for SqlAggregates {
     fn name(&self) -> &str {
-        "m0007_sql_aggregates"
+        "m0008_sql_aggregates"
     }
 }
 
@@ -447,6 +448,38 @@ impl MigrationTrait for SqlAggregates {
         for column in USAGE_COLUMNS {
             db.execute_unprepared(&format!("ALTER TABLE runs DROP COLUMN {column}")).await?;
         }
+        Ok(())
+    }
+}
+
+/// Replica heartbeats (see `entity/workers.rs`): how a replica tells that the one that admitted a
+/// PENDING run is dead, without waiting for the run's admission lease.
+struct Workers;
+
+impl MigrationName for Workers {
+    fn name(&self) -> &str {
+        "m0007_workers"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for Workers {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .get_connection()
+            .execute_unprepared(
+                "CREATE TABLE workers (
+                worker_id TEXT PRIMARY KEY,
+                started_at BIGINT NOT NULL,
+                expires_at BIGINT NOT NULL
+            )",
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.get_connection().execute_unprepared("DROP TABLE IF EXISTS workers").await?;
         Ok(())
     }
 }

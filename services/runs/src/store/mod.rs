@@ -155,6 +155,9 @@ fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
 #[derive(Clone)]
 pub struct Store {
     db: DatabaseConnection,
+    /// PostgreSQL: the small pool of lease renewals, heartbeats and takeovers (see
+    /// [`Store::control_tx`]).
+    control: Option<DatabaseConnection>,
     /// SQLite: one connection for every write, so its page cache and prepared statements stay warm
     /// (a write on another pooled connection re-reads the pages the previous writer changed).
     writer: Option<DatabaseConnection>,
@@ -319,8 +322,14 @@ impl Store {
             conn.map_sqlx_sqlite_opts(|o| o.busy_timeout(TRUNCATE_WAIT));
             conn
         };
+        let control_options = {
+            let mut control = options.clone();
+            control.max_connections(config.control_connections).min_connections(1);
+            control
+        };
         let db = Database::connect(options).await?;
         let sqlite = db.get_database_backend() == DbBackend::Sqlite;
+        let control = if sqlite { None } else { Some(Database::connect(control_options).await?) };
         let writer = if sqlite { Some(Database::connect(writer_options).await?) } else { None };
         let write_slot = sqlite.then(|| Arc::new(WriteSlot::default()));
         let checkpoints = if sqlite { Some(Database::connect(checkpoint_options).await?) } else { None };
@@ -338,7 +347,7 @@ impl Store {
             tokio::spawn(refresh_statistics_every_second(db.clone(), stop.clone()));
             Arc::new(stop.drop_guard())
         });
-        let store = Self { db, writer, write_slot, checkpoints, _checkpointer: checkpointer.or(statistics) };
+        let store = Self { db, control, writer, write_slot, checkpoints, _checkpointer: checkpointer.or(statistics) };
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
         let mut attempt = 0;
         loop {
@@ -385,6 +394,23 @@ impl Store {
     /// Begins a write transaction for the lifecycle of admitted runs (see [`slot`]).
     pub async fn tx(&self) -> Result<WriteTx, StoreError> {
         self.tx_for(Priority::Lifecycle).await
+    }
+
+    /// What keeps leases and replicas alive (lease renewals, heartbeats, takeovers): on PostgreSQL
+    /// its own small pool (`database.control_connections`), so these writes never queue behind run
+    /// traffic that fills the main pool — under load a renewal waiting there past the lease fenced a
+    /// healthy run, and a takeover waited behind the work it should go before. SQLite: the main pool
+    /// (its single writer already serves the lifecycle first).
+    pub fn control_db(&self) -> &DatabaseConnection {
+        self.control.as_ref().unwrap_or(&self.db)
+    }
+
+    /// A write transaction on [`Store::control_db`].
+    pub async fn control_tx(&self) -> Result<WriteTx, StoreError> {
+        match &self.control {
+            Some(control) => Ok(WriteTx { txn: control.begin().await?, _slot: None }),
+            None => self.tx().await,
+        }
     }
 
     /// Begins a write transaction; on SQLite, waits for the write slot with `priority`.

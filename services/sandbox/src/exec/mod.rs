@@ -140,6 +140,10 @@ impl Runner {
         if let Some(why) = self.provider.exec_refusal() {
             return Err(SandboxError::FailedPrecondition(why));
         }
+        let cwd_in_skills = matches!(spec.cwd, crate::paths::VirtualPath::In { root: crate::paths::Root::Skills, .. });
+        if let Some(why) = self.provider.command_refusal(&spec.command, cwd_in_skills) {
+            return Err(SandboxError::denied(crate::paths::SKILLS, why));
+        }
         let slot = sandbox.start_command(self.config.max_concurrent, spec.fence.clone())?;
         still_current()?;
         let cwd_display = spec.cwd.display();

@@ -124,7 +124,7 @@ mod tests {
 
     fn setup(content: &str) -> anyhow::Result<(tempfile::TempDir, Workspace, VirtualPath)> {
         let dir = tempfile::tempdir()?;
-        let ws = Layout::new(dir.path(), None, Ownership::default())?.workspace("u", "t");
+        let ws = Layout::new(dir.path(), &Default::default(), Ownership::default())?.workspace("u", "t");
         ws.ensure()?;
         std::fs::write(ws.host_root(Root::Workspace).join("f.txt"), content)?;
         Ok((dir, ws, parse("f.txt", "path", None)?))

@@ -67,7 +67,7 @@ mod tests {
 
     fn setup() -> anyhow::Result<(tempfile::TempDir, Workspace)> {
         let dir = tempfile::tempdir()?;
-        let ws = Layout::new(dir.path(), None, Ownership::default())?.workspace("u", "t");
+        let ws = Layout::new(dir.path(), &Default::default(), Ownership::default())?.workspace("u", "t");
         ws.ensure()?;
         let root = ws.host_root(Root::Workspace);
         for f in ["a.py", "src/b.py", "src/deep/c.py", "node_modules/x.py", "readme.md"] {

@@ -192,7 +192,7 @@ mod tests {
 
     fn setup() -> anyhow::Result<(tempfile::TempDir, Workspace)> {
         let dir = tempfile::tempdir()?;
-        let ws = Layout::new(dir.path(), None, Ownership::default())?.workspace("u", "t");
+        let ws = Layout::new(dir.path(), &Default::default(), Ownership::default())?.workspace("u", "t");
         ws.ensure()?;
         let root = ws.host_root(Root::Workspace);
         std::fs::create_dir_all(root.join("a/b/c"))?;

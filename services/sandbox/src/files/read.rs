@@ -157,7 +157,7 @@ mod tests {
 
     fn setup(content: &[u8]) -> anyhow::Result<(tempfile::TempDir, Workspace)> {
         let dir = tempfile::tempdir()?;
-        let ws = Layout::new(dir.path(), None, Ownership::default())?.workspace("u", "t");
+        let ws = Layout::new(dir.path(), &Default::default(), Ownership::default())?.workspace("u", "t");
         ws.ensure()?;
         std::fs::write(ws.host_root(Root::Workspace).join("f.txt"), content)?;
         Ok((dir, ws))

@@ -90,7 +90,7 @@ mod tests {
     #[test]
     fn hashes_regular_files_only() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
-        let ws = Layout::new(dir.path(), None, Ownership::default())?.workspace("u", "t");
+        let ws = Layout::new(dir.path(), &Default::default(), Ownership::default())?.workspace("u", "t");
         ws.ensure()?;
         let out = ws.host_root(Root::Outputs);
         std::fs::create_dir_all(out.join("sub"))?;

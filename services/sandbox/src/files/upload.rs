@@ -370,7 +370,7 @@ mod tests {
 
     fn setup() -> anyhow::Result<(tempfile::TempDir, Workspace)> {
         let dir = tempfile::tempdir()?;
-        let ws = Layout::new(dir.path(), None, Ownership::default())?.workspace("u", "t");
+        let ws = Layout::new(dir.path(), &Default::default(), Ownership::default())?.workspace("u", "t");
         ws.ensure()?;
         Ok((dir, ws))
     }

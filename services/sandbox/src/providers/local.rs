@@ -38,6 +38,10 @@ impl Provider for LocalProvider {
         true
     }
 
+    fn command_refusal(&self, command: &str, cwd_in_skills: bool) -> Option<String> {
+        super::read_only_guard::refusal(command, cwd_in_skills)
+    }
+
     fn command(&self, launch: &Launch<'_>) -> Command {
         let home = launch.workspace.host_root(Root::Workspace);
         let env = crate::exec::env::build(launch.allowlist, launch.injected, &home.to_string_lossy());
@@ -83,7 +87,7 @@ mod tests {
     #[test]
     fn virtual_paths_map_to_host_paths_at_component_boundaries() -> std::io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let ws = Layout::new(dir.path(), None, Ownership::default())?.workspace("u", "t");
+        let ws = Layout::new(dir.path(), &Default::default(), Ownership::default())?.workspace("u", "t");
         let host = ws.host_root(Root::Workspace).to_string_lossy().into_owned();
         let mapped = map_virtual_paths("cat /mnt/user-data/workspace/a.txt > /mnt/user-data/workspace2/x", &ws);
         assert_eq!(mapped, format!("cat {host}/a.txt > /mnt/user-data/workspace2/x"));

@@ -8,6 +8,7 @@
 
 pub mod bwrap;
 pub mod local;
+pub mod read_only_guard;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -52,6 +53,12 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     fn kind(&self) -> ProviderKind;
     /// Why commands are refused, when they are.
     fn exec_refusal(&self) -> Option<String>;
+    /// Why this particular command is refused before it starts (the `local` provider's guard of the
+    /// read-only `/mnt/skills`, see [`read_only_guard`]); `cwd_in_skills` when its working directory is
+    /// under `/mnt/skills`.
+    fn command_refusal(&self, _command: &str, _cwd_in_skills: bool) -> Option<String> {
+        None
+    }
     /// Whether commands can reach the network.
     fn network_enabled(&self) -> bool;
     /// The process for one command. The runner adds stdio, its own process group and kill-on-drop.
@@ -74,7 +81,7 @@ pub struct Selection {
 
 /// Picks the provider (see the module comment). Creates `{data_dir}/sandbox`.
 pub fn select(config: &SandboxConfig, data_dir: &Path) -> std::io::Result<Selection> {
-    let skills = config.skills_dir.as_deref();
+    let skills = &config.skills;
     let local = |layout: Layout, reason: String| Selection {
         provider: Arc::new(local::LocalProvider::new(config.allow_host_bash)),
         layout,

@@ -72,6 +72,13 @@ impl EnabledState {
         Ok(Self { disabled: file.skills.into_iter().map(|(k, v)| (k, v.enabled)).collect() })
     }
 
+    /// This state with `other`'s choices taking precedence (a user's own over the operator's).
+    pub fn overlaid_by(&self, other: &EnabledState) -> EnabledState {
+        let mut disabled = self.disabled.clone();
+        disabled.extend(other.disabled.iter().map(|(k, v)| (k.clone(), *v)));
+        EnabledState { disabled }
+    }
+
     /// Whether `name` is enabled.
     pub fn is_enabled(&self, name: &str) -> bool {
         self.disabled.get(name).copied().unwrap_or(true)

@@ -42,6 +42,9 @@ pub enum InstallError {
     /// A skill of that name exists and replace was not asked (ALREADY_EXISTS).
     #[error("skill {0:?} already exists\nhint: ask for replace to overwrite it")]
     AlreadyExists(String),
+    /// A count limit was hit (RESOURCE_EXHAUSTED); the message names it.
+    #[error("{0}")]
+    Exhausted(String),
     /// The host failed while writing (INTERNAL / UNAVAILABLE).
     #[error("cannot install the skill: {0}")]
     Io(String),
@@ -96,8 +99,20 @@ struct Planned {
 
 /// Installs the archive `bytes` into `custom_dir/<name>` and returns the skill's metadata.
 pub fn install_archive(bytes: &[u8], custom_dir: &Path, limits: &InstallLimits, replace: bool) -> Result<SkillMeta, InstallError> {
-    let mut archive =
-        zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(|e| refused(format!("not a valid .skill (zip) archive: {e}")))?;
+    install_from(std::io::Cursor::new(bytes), custom_dir, limits, replace, |_| Ok(()))
+}
+
+/// [`install_archive`] from any seekable reader (InstallSkill spools the upload to a file). `check` sees
+/// the validated metadata before the skill is moved into place and may refuse it (a name taken by a
+/// public skill, too many custom skills); the staging directory is then removed like on any refusal.
+pub fn install_from<R: Read + std::io::Seek>(
+    reader: R,
+    custom_dir: &Path,
+    limits: &InstallLimits,
+    replace: bool,
+    check: impl FnOnce(&SkillMeta) -> Result<(), InstallError>,
+) -> Result<SkillMeta, InstallError> {
+    let mut archive = zip::ZipArchive::new(reader).map_err(|e| refused(format!("not a valid .skill (zip) archive: {e}")))?;
     if archive.len() as u64 > limits.max_entries {
         return Err(refused(format!(
             "the archive has {} entries; the limit is {} (sandbox.skills.install.max_entries)",
@@ -167,6 +182,7 @@ pub fn install_archive(bytes: &[u8], custom_dir: &Path, limits: &InstallLimits, 
     std::fs::create_dir(&staging).map_err(|e| InstallError::Io(e.to_string()))?;
     let result = extract(&mut archive, &planned, &staging, limits)
         .and_then(|()| validate(&staging))
+        .and_then(|meta| check(&meta).map(|()| meta))
         .and_then(|meta| place(&staging, custom_dir, &meta, replace).map(|()| meta));
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
@@ -174,8 +190,8 @@ pub fn install_archive(bytes: &[u8], custom_dir: &Path, limits: &InstallLimits, 
     result
 }
 
-fn extract(
-    archive: &mut zip::ZipArchive<std::io::Cursor<&[u8]>>,
+fn extract<R: Read + std::io::Seek>(
+    archive: &mut zip::ZipArchive<R>,
     planned: &[Planned],
     staging: &Path,
     limits: &InstallLimits,

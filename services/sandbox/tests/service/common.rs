@@ -59,7 +59,9 @@ pub async fn start(sandbox_yaml: &str) -> anyhow::Result<Server> {
     sandboxes.spawn_background(shutdown.clone());
     let mut set = ServiceSet::new(&config.server);
     set.describe(antler_proto::FILE_DESCRIPTOR_SET);
+    let skills = antler_sandbox::skills::api::SkillApi::new(sandboxes.skills().clone(), sandboxes.config());
     antler_kit::add_service!(set, SandboxServiceServer::new(antler_sandbox::api::SandboxApi::new(sandboxes)));
+    antler_kit::add_service!(set, antler_proto::sandbox::skill_service_server::SkillServiceServer::new(skills));
     let server_config = config.server.clone();
     let serve_shutdown = shutdown.clone();
     tokio::spawn(async move { antler_kit::server::serve(listener, set, &server_config, auth, serve_shutdown).await });
@@ -85,6 +87,12 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Err(anyhow::anyhow!("cannot connect: {last:?}"))
+    }
+
+    /// A SkillService client on the same server.
+    pub async fn skills(&self) -> anyhow::Result<antler_proto::sandbox::skill_service_client::SkillServiceClient<Channel>> {
+        let channel = Channel::from_shared(format!("http://{}", self.addr))?.connect().await?;
+        Ok(antler_proto::sandbox::skill_service_client::SkillServiceClient::new(channel))
     }
 
     pub fn data(&self) -> PathBuf {

@@ -9,4 +9,5 @@ mod fencing;
 mod files;
 mod hostile_paths;
 mod lifecycle;
+mod skills;
 mod uploads;

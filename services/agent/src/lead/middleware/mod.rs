@@ -1,6 +1,6 @@
 //! The built-in middlewares, one file each, in DeerFlow's order (DESIGN §5):
 //! ThreadData → Uploads → Sandbox → DanglingToolCall → Guardrail (when enabled) → ToolErrorHandling →
-//! Summarization (when enabled) → Todo (plan mode) → Title → Memory (when enabled) → TokenBudget (with
+//! SkillToolPolicy (when skills are on) → Summarization (when enabled) → Todo (plan mode) → Title → Memory (when enabled) → TokenBudget (with
 //! a budget) → LoopDetection → Clarification (always last).
 
 pub mod clarification;
@@ -10,6 +10,7 @@ pub mod loop_detection;
 pub mod memory;
 pub mod sandbox;
 pub mod side_call;
+pub mod skill_policy;
 pub mod summarization;
 pub mod thread_data;
 pub mod title;
@@ -49,6 +50,9 @@ pub fn defaults(config: &LeadConfig, plan_mode: bool, clarification_disabled: bo
         layers.push(Arc::new(guardrail::Guardrail { provider, fail_closed: config.guardrails.fail_closed }));
     }
     layers.push(Arc::new(tool_error_handling::ToolErrorHandling));
+    if config.skills.enabled {
+        layers.push(Arc::new(skill_policy::SkillToolPolicy::default()));
+    }
     if config.summarization.enabled {
         layers.push(Arc::new(summarization::Summarization::new(config.summarization.clone())));
     }

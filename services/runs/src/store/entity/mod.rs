@@ -10,3 +10,4 @@ pub mod run_inputs;
 pub mod runs;
 pub mod threads;
 pub mod tool_effects;
+pub mod workers;
