@@ -157,7 +157,11 @@ async fn execute(steps: &[Value], ctx: AgentContext) -> Outcome {
                 Ok((code, kill_reason)) => serde_json::json!({"exit_code": code, "kill_reason": kill_reason}),
                 Err(status) => serde_json::json!({"error": format!("{:?}: {}", status.code(), status.message())}),
             };
-            ctx.emit(Kind::Custom(CustomEvent { name: "exec".to_owned(), data: Some(antler_kit::json::json_to_value(&data)) })).await
+            ctx.emit(Kind::Custom(antler_proto::runs::CustomEvent {
+                name: "exec".to_owned(),
+                data: Some(antler_kit::json::json_to_value(&data)),
+            }))
+            .await
         } else if let Some(value) = step.get("custom") {
             effects::custom(&ctx, index, value).await
         } else if let Some(Value::String(message)) = step.get("fail") {
