@@ -5,8 +5,10 @@ loopback port, logs in ``root``; stopped with SIGTERM (SIGKILL after 10 s) when 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,41 @@ class Started(Generic[T]):
     stderr: Path
     # What `ready` read from the server's output.
     ready: T
+
+
+ALLOW_BWRAP_SKIP = "ANTLER_ALLOW_BWRAP_SKIP"
+
+
+def searchable_root(request: pytest.FixtureRequest, prefix: str) -> Path:
+    """A fresh directory for a server's config and data, removed when the requesting fixture ends.
+
+    Not under pytest's temporary directory: that is mode 0700, and the sandbox runs bwrap (as uid 65534 when the
+    tests run as root), which needs every directory above its data directory searchable; its start-up probe
+    failed there and ``provider: auto`` fell back to ``local``, so the suites never exercised bwrap."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    root.chmod(0o711)
+    request.addfinalizer(lambda: shutil.rmtree(root, ignore_errors=True))
+    return root
+
+
+def bwrap_refused_by_kernel() -> Optional[str]:
+    """Why bwrap cannot create its namespaces here, or None when it can. A missing binary fails the test."""
+    if shutil.which("bwrap") is None:
+        pytest.fail("bwrap must be installed for these tests (Debian package bubblewrap)")
+    probe = subprocess.run(["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+                           capture_output=True, text=True, check=False)
+    return None if probe.returncode == 0 else f"bwrap --unshare-all failed here: {probe.stderr.strip()}"
+
+
+def require_bwrap(what: str) -> None:
+    """Fails where the kernel refuses bwrap's namespaces, unless ANTLER_ALLOW_BWRAP_SKIP=1 (then the test is
+    reported as skipped; CI never sets it)."""
+    reason = bwrap_refused_by_kernel()
+    if reason is None:
+        return
+    if os.environ.get(ALLOW_BWRAP_SKIP) == "1":
+        pytest.skip(f"{what}: {reason} ({ALLOW_BWRAP_SKIP}=1)")
+    pytest.fail(f"{what}: {reason}\nhint: run where unprivileged user namespaces are allowed, or set {ALLOW_BWRAP_SKIP}=1 to skip knowingly")
 
 
 def start(request: pytest.FixtureRequest, root: Path, config: str, ready: Callable[[str], Optional[T]]) -> Started[T]:

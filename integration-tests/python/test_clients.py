@@ -38,6 +38,8 @@ import grpc_tools
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+import antler_up
+
 REPO = Path(__file__).resolve().parents[2]
 PROTO_ROOT = REPO / "proto"
 ANTLER_BIN = Path(os.environ.get("ANTLER_BIN", REPO / "target" / "debug" / "antler"))
@@ -116,7 +118,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     """Starts ``antler up`` on a free loopback port; stopped by a finalizer whatever the tests do."""
     if not ANTLER_BIN.is_file():
         pytest.fail(f"antler binary not found at {ANTLER_BIN} (build it, or set ANTLER_BIN)")
-    root = tmp_path_factory.mktemp("antler")
+    root = antler_up.searchable_root(request, "antler-clients-")
     stdout_path, stderr_path = root / "stdout.log", root / "stderr.log"
     with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
         proc = subprocess.Popen(
@@ -277,6 +279,28 @@ def test_server_stream_through_stub(stubs_dir: Path, channel: grpc.Channel) -> N
         assert_answer(join, error=error)
     else:
         assert_answer(join, reply=events)
+
+
+def test_the_sandbox_runs_commands_under_bwrap(stubs_dir: Path, channel: grpc.Channel, server: Server) -> None:
+    """``antler up`` with the default ``sandbox.provider: auto`` runs commands in bwrap where bwrap works: the
+    provider is BWRAP (not the ``local`` fallback) and a command runs in its own pid namespace."""
+    antler_up.require_bwrap("the sandbox's bwrap provider")
+    sandbox_pb2 = importlib.import_module("antler.sandbox.v1.sandbox_pb2")
+    sandbox_grpc = importlib.import_module("antler.sandbox.v1.sandbox_pb2_grpc")
+    stub = sandbox_grpc.SandboxServiceStub(channel)
+    thread_id = _missing_id()
+    acquired = stub.AcquireSandbox(sandbox_pb2.AcquireSandboxRequest(thread_id=thread_id), timeout=RPC_TIMEOUT_S)
+    assert acquired.sandbox.provider == sandbox_pb2.SANDBOX_PROVIDER_KIND_BWRAP, f"{acquired.sandbox}\n{server.logs()}"
+    assert acquired.sandbox.exec_enabled and not acquired.sandbox.network_enabled, acquired.sandbox
+    assert "sandbox provider selected (fallback)" not in server.stderr_path.read_text(errors="replace")
+    events = list(stub.ExecuteCommand(sandbox_pb2.ExecuteCommandRequest(thread_id=thread_id, command="echo pid=$$"),
+                                      timeout=RPC_TIMEOUT_S))
+    out = "".join(e.output.text for e in events if e.HasField("output"))
+    exits = [e.exit for e in events if e.HasField("exit")]
+    assert exits and exits[-1].exit_code == 0, events
+    # In a fresh pid namespace the shell is one of its first processes; on the host it would be a large pid.
+    pid = int(re.search(r"pid=(\d+)", out).group(1))
+    assert pid < 10, out
 
 
 # --------------------------------------------------------------------------------------------------

@@ -106,7 +106,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    root = tmp_path_factory.mktemp("antler-langgraph")
+    root = antler_up.searchable_root(request, "antler-langgraph-")
 
     def ready(text: str) -> str | None:
         edge = [line[len(EDGE_PREFIX):].strip() for line in text.splitlines() if line.startswith(EDGE_PREFIX)]

@@ -11,7 +11,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// One exported span, flattened.
 #[derive(Debug, Clone)]
@@ -78,6 +78,38 @@ impl Collector {
         Ok(Self { endpoint, spans, task })
     }
 
+    /// OTLP over gRPC with TLS (the kit's server TLS: `leaf`, and client certificates checked against
+    /// `client_ca` when given) on a free loopback port: the endpoint is `https://127.0.0.1:port`.
+    pub async fn grpc_tls(leaf: &crate::tls::Leaf, client_ca: Option<&crate::tls::Ca>) -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let endpoint = format!("https://{}", listener.local_addr()?);
+        let incoming = server_tls(leaf, client_ca)?.incoming(listener, tokio_util::sync::CancellationToken::new());
+        let spans = Store::default();
+        let service = TraceServiceServer::new(Grpc(spans.clone()));
+        let task = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming).await;
+        });
+        Ok(Self { endpoint, spans, task })
+    }
+
+    /// OTLP protobuf over HTTP/1.1 with TLS (`leaf`) on a free loopback port.
+    pub async fn http_tls(leaf: &crate::tls::Leaf) -> Result<Self> {
+        use tokio_stream::StreamExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let endpoint = format!("https://{}/v1/traces", listener.local_addr()?);
+        let mut incoming = server_tls(leaf, None)?.incoming(listener, tokio_util::sync::CancellationToken::new());
+        let spans = Store::default();
+        let store = spans.clone();
+        let task = tokio::spawn(async move {
+            while let Some(connection) = incoming.next().await {
+                if let Ok(connection) = connection {
+                    tokio::spawn(serve_http(connection, store.clone()));
+                }
+            }
+        });
+        Ok(Self { endpoint, spans, task })
+    }
+
     /// Every span received so far.
     pub fn spans(&self) -> Vec<ExportedSpan> {
         self.spans.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -97,8 +129,20 @@ impl TraceService for Grpc {
     }
 }
 
+/// The kit's server TLS for `leaf` (mTLS against `client_ca` when given), files read once.
+fn server_tls(leaf: &crate::tls::Leaf, client_ca: Option<&crate::tls::Ca>) -> Result<antler_kit::tls::ServerTls> {
+    let config = antler_kit::tls::ServerTlsConfig {
+        cert: leaf.cert.clone(),
+        key: leaf.key.clone(),
+        client_ca: client_ca.map(|ca| ca.cert.clone()).unwrap_or_default(),
+        ..Default::default()
+    };
+    antler_kit::tls::ServerTls::load(&config, std::time::Duration::ZERO, None)?
+        .ok_or_else(|| anyhow::anyhow!("the collector's TLS settings name no certificate"))
+}
+
 /// HTTP/1.1 requests with a Content-Length body, on one kept-alive connection.
-async fn serve_http(mut socket: TcpStream, store: Store) -> Result<()> {
+async fn serve_http<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut socket: S, store: Store) -> Result<()> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 16384];
     loop {

@@ -9,6 +9,7 @@ use antler_integration_tests::db::{Backend, TestDb};
 use antler_integration_tests::llm_double::{AfterLast, LlmDouble, Turn, call};
 use antler_integration_tests::otlp::{Collector, ExportedSpan};
 use antler_integration_tests::runs::*;
+use antler_integration_tests::tls::{Ca, LOCAL_NAMES};
 use antler_integration_tests::{Launch, start};
 use antler_proto::runs::RunStatus;
 use serde_json::json;
@@ -30,15 +31,18 @@ fn descends_from(span: &ExportedSpan, ancestor: &ExportedSpan, by_id: &HashMap<&
     false
 }
 
-async fn one_lead_run_is_one_trace(collector: Collector, protocol: &str) -> anyhow::Result<()> {
+/// `tls` adds lines under `server.tracing` (each indented by four spaces).
+async fn one_lead_run_is_one_trace(collector: Collector, protocol: &str, tls: &str) -> anyhow::Result<()> {
     let double = LlmDouble::start(
         vec![Turn::tools("", vec![call("c1", "bash", json!({"description": "greet", "command": "echo traced"}))]), Turn::text("Done.")],
         AfterLast::Refuse,
     )
     .await?;
     let db = TestDb::new(Backend::Sqlite).await?;
-    let tracing =
-        format!("server:\n  tracing:\n    otlp_endpoint: {}\n    otlp_protocol: {protocol}\n    batch_delay_ms: 100\n", collector.endpoint);
+    let tracing = format!(
+        "server:\n  tracing:\n    otlp_endpoint: {}\n    otlp_protocol: {protocol}\n    batch_delay_ms: 100\n{tls}",
+        collector.endpoint
+    );
     let yaml = agent_config(&db, &double.models_yaml(), "").replacen("server:\n", &tracing, 1);
     let server = start("antler", Launch::new(["up"]).config(yaml))?;
     let (mut runs, _) = clients(&server).await?;
@@ -85,10 +89,49 @@ async fn one_lead_run_is_one_trace(collector: Collector, protocol: &str) -> anyh
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_lead_run_is_one_trace_over_otlp_grpc() -> anyhow::Result<()> {
-    one_lead_run_is_one_trace(Collector::grpc().await?, "grpc").await
+    one_lead_run_is_one_trace(Collector::grpc().await?, "grpc", "").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_lead_run_is_one_trace_over_otlp_http() -> anyhow::Result<()> {
-    one_lead_run_is_one_trace(Collector::http().await?, "http").await
+    one_lead_run_is_one_trace(Collector::http().await?, "http", "").await
+}
+
+/// `server.tracing.tls`: a collector over gRPC with TLS that also asks for a client certificate
+/// (mTLS), its CA and the client's certificate generated now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_lead_run_is_one_trace_over_otlp_grpc_with_mutual_tls() -> anyhow::Result<()> {
+    let ca = Ca::new("collector CA")?;
+    let server = ca.issue("collector", &LOCAL_NAMES)?;
+    let client = ca.issue("antler", &["antler"])?;
+    let tls = format!("    tls:\n      ca: {:?}\n      cert: {:?}\n      key: {:?}\n", ca.cert, client.cert, client.key);
+    one_lead_run_is_one_trace(Collector::grpc_tls(&server, Some(&ca)).await?, "grpc", &tls).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_lead_run_is_one_trace_over_otlp_http_with_tls() -> anyhow::Result<()> {
+    let ca = Ca::new("collector CA")?;
+    let server = ca.issue("collector", &LOCAL_NAMES)?;
+    let tls = format!("    tls:\n      ca: {:?}\n", ca.cert);
+    one_lead_run_is_one_trace(Collector::http_tls(&server).await?, "http", &tls).await
+}
+
+/// Without the collector's CA the handshake fails: no span arrives, and the server goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_with_an_unknown_ca_receives_nothing() -> anyhow::Result<()> {
+    let ca = Ca::new("collector CA")?;
+    let other = Ca::new("another CA")?;
+    let collector = Collector::grpc_tls(&ca.issue("collector", &LOCAL_NAMES)?, None).await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let tracing = format!(
+        "server:\n  tracing:\n    otlp_endpoint: {}\n    batch_delay_ms: 100\n    export_timeout_ms: 1000\n    tls:\n      ca: {:?}\n",
+        collector.endpoint, other.cert
+    );
+    let server = start("antler-runs", Launch::default().config(config(&db, "").replacen("server:\n", &tracing, 1)))?;
+    let (mut runs, _) = clients(&server).await?;
+    let run = run_to_end(&mut runs, run_request("", json!([{"say": "hi"}])), T).await?;
+    assert_eq!(run.status(), RunStatus::Success);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(collector.spans().is_empty(), "spans crossed an untrusted TLS connection");
+    Ok(())
 }

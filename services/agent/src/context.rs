@@ -43,9 +43,10 @@ impl AgentContext {
     }
 
     /// The identity calls made for this run carry: the run's user, presented with this service's
-    /// `clients.<service>.service_token` (the worker has no caller token of its own).
+    /// `clients.<service>.service_token` (the worker has no caller token of its own), and the run
+    /// attempt as the fencing token the sandbox service enforces.
     pub fn call_context(&self) -> antler_kit::CallContext {
-        antler_kit::CallContext::background(self.spec.user_id.clone())
+        antler_kit::CallContext::background(self.spec.user_id.clone()).for_run(self.spec.run_id.clone(), self.spec.attempt)
     }
 
     /// Fires when the agent must stop (cancel, fencing, shutdown).

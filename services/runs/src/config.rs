@@ -27,6 +27,9 @@ pub struct RunsConfig {
     pub lease_grace_secs: u64,
     /// How often expired leases, startable PENDING runs and stale idempotency keys are swept, in seconds.
     pub sweep_interval_secs: u64,
+    /// Rows one sweeper query reads (expired leases, stranded queued threads): a sweep works through
+    /// any number of them a batch at a time, never holding more than this many in memory.
+    pub sweep_batch: u32,
     /// Attempts (starts plus takeovers) before a run ends ERROR with stop_reason `max_attempts_exceeded`.
     pub max_attempts: u32,
     /// On SIGTERM, how long running runs may go on before their leases are released for another
@@ -107,6 +110,7 @@ impl Default for RunsConfig {
             lease_secs: 30,
             lease_grace_secs: 10,
             sweep_interval_secs: 10,
+            sweep_batch: 256,
             max_attempts: 3,
             drain_secs: 10,
             recursion_limit_default: 100,
@@ -207,6 +211,7 @@ impl RunsConfig {
         check_range("runs.lease_secs", self.lease_secs, 3, 3600)?;
         check_range("runs.lease_grace_secs", self.lease_grace_secs, 0, 3600)?;
         check_range("runs.sweep_interval_secs", self.sweep_interval_secs, 1, 10)?;
+        check_range("runs.sweep_batch", self.sweep_batch.into(), 1, 100_000)?;
         check_range("runs.max_attempts", self.max_attempts.into(), 1, 100)?;
         check_range("runs.drain_secs", self.drain_secs, 0, 3600)?;
         check_range("runs.max_run_duration_secs", self.max_run_duration_secs, 1, 7 * 86_400)?;

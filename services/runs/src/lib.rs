@@ -25,6 +25,7 @@ pub mod stream_limits;
 pub mod subagent;
 pub mod threads;
 pub mod time;
+pub mod usage;
 pub mod worker;
 
 use std::sync::Arc;

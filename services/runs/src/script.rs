@@ -13,6 +13,8 @@
 //! | `{"produce": path, "text": t}` | writes the file through the sandbox service (`size` n: n bytes of `x`); journalled |
 //! | `{"present": path}` | reports an output file as presented |
 //! | `{"custom": value}` | emits a custom event named `script`; journalled |
+//! | `{"task_event": id}` | emits a SUBAGENT event (phase STEP) of subagent task `id` |
+//! | `{"exec": command}` | runs the command in the run's sandbox (acquiring it first) until it exits; a CUSTOM event `exec` reports the exit |
 //! | `{"fail": "message"}` | ends the run ERROR |
 //! | `{"wait_cancel": true}` | waits until cancelled |
 //! | `{"stop_reason": "r"}` | sets the stop reason of a successful end |
@@ -139,6 +141,27 @@ async fn execute(steps: &[Value], ctx: AgentContext) -> Outcome {
         } else if let Some(Value::String(path)) = step.get("present") {
             outputs.presented.push(path.clone());
             Ok(())
+        } else if let Some(Value::String(task_id)) = step.get("task_event") {
+            let event = antler_proto::runs::SubagentEvent {
+                task_id: task_id.clone(),
+                phase: antler_proto::runs::SubagentPhase::Step as i32,
+                ..Default::default()
+            };
+            ctx.emit(Kind::Subagent(event)).await
+        } else if let Some(Value::String(command)) = step.get("exec") {
+            let exit = tokio::select! {
+                exit = exec(&ctx, command) => exit,
+                () = cancel.cancelled() => return Outcome::Cancelled { outputs },
+            };
+            let data = match exit {
+                Ok((code, kill_reason)) => serde_json::json!({"exit_code": code, "kill_reason": kill_reason}),
+                Err(status) => serde_json::json!({"error": format!("{:?}: {}", status.code(), status.message())}),
+            };
+            ctx.emit(Kind::Custom(antler_proto::runs::CustomEvent {
+                name: "exec".to_owned(),
+                data: Some(antler_kit::json::json_to_value(&data)),
+            }))
+            .await
         } else if let Some(value) = step.get("custom") {
             effects::custom(&ctx, index, value).await
         } else if let Some(Value::String(message)) = step.get("fail") {
@@ -158,6 +181,29 @@ async fn execute(steps: &[Value], ctx: AgentContext) -> Outcome {
         }
     }
     Outcome::Completed { stop_reason, outputs }
+}
+
+/// Runs `command` in the run's sandbox (acquiring it first) until it exits: (exit code, kill reason
+/// name). The call carries the run's fencing token, like every sandbox call of an agent.
+async fn exec(ctx: &AgentContext, command: &str) -> Result<(i32, String), tonic::Status> {
+    use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
+    use antler_proto::sandbox::{AcquireSandboxRequest, ExecuteCommandRequest, KillReason, execute_command_response};
+    let client = ctx.clients().get("sandbox").ok_or_else(|| tonic::Status::unavailable("no sandbox client"))?;
+    let call = ctx.call_context();
+    let mut grpc = SandboxServiceClient::new(client.channel());
+    let thread_id = ctx.spec.thread_id.clone();
+    grpc.acquire_sandbox(client.request(&call, AcquireSandboxRequest { thread_id: thread_id.clone() })).await?;
+    let mut request = client.request(&call, ExecuteCommandRequest { thread_id, command: command.to_owned(), ..Default::default() });
+    // The command decides how long it runs, not the client's unary deadline.
+    request.set_timeout(Duration::from_secs(3600));
+    let mut stream = grpc.execute_command(request).await?.into_inner();
+    while let Some(response) = stream.message().await? {
+        if let Some(execute_command_response::Event::Exit(exit)) = response.event {
+            let reason = KillReason::try_from(exit.kill_reason).unwrap_or(KillReason::Unspecified);
+            return Ok((exit.exit_code, reason.as_str_name().to_owned()));
+        }
+    }
+    Err(tonic::Status::unavailable("the command's stream ended without an exit"))
 }
 
 fn bad_step(index: usize) -> Outcome {

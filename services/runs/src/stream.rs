@@ -165,8 +165,15 @@ pub async fn append_one_postgres(
         sea_orm::DbBackend::Postgres,
         "WITH s AS (UPDATE runs SET last_seq = last_seq + 1, updated_at = $5 \
          WHERE run_id = $1 AND owner_worker_id = $2 AND status IN ('running', 'finalizing') RETURNING last_seq) \
-         INSERT INTO run_events (run_id, seq, kind, payload, created_at) SELECT $1, s.last_seq, $3, $4, $5 FROM s RETURNING seq",
-        [run_id.into(), worker.into(), kind_number(&event).into(), event.encode_to_vec().into(), now.into()],
+         INSERT INTO run_events (run_id, seq, kind, payload, created_at, task_id) SELECT $1, s.last_seq, $3, $4, $5, $6 FROM s RETURNING seq",
+        [
+            run_id.into(),
+            worker.into(),
+            kind_number(&event).into(),
+            event.encode_to_vec().into(),
+            now.into(),
+            task_of(&event).map(str::to_owned).into(),
+        ],
     );
     let Some(returned) = db.query_one_raw(statement).await? else { return Ok(None) };
     let seq: i64 = returned.try_get("", "seq")?;
@@ -208,6 +215,20 @@ fn row(event: &RunEvent, now: i64) -> run_events::ActiveModel {
         kind: Set(kind_number(event)),
         payload: Set(event.encode_to_vec()),
         created_at: Set(now),
+        task_id: Set(task_of(event).map(str::to_owned)),
+    }
+}
+
+/// The subagent task an event belongs to, as stored in `run_events.task_id` for ListRunEvents'
+/// `task_id` filter: its RunEvent.task_id, or for a SUBAGENT event (which the parent's log carries
+/// for each of its tasks) that event's own task_id. None for the lead agent's own events.
+pub fn task_of(event: &RunEvent) -> Option<&str> {
+    if !event.task_id.is_empty() {
+        return Some(&event.task_id);
+    }
+    match &event.kind {
+        Some(Kind::Subagent(subagent)) if !subagent.task_id.is_empty() => Some(&subagent.task_id),
+        _ => None,
     }
 }
 
@@ -217,6 +238,19 @@ fn kind_number(event: &RunEvent) -> i32 {
 
 /// Reads stored events after `after_seq`, oldest first.
 pub async fn read_after(store: &Store, run_id: &str, after_seq: u64, kinds: &[i32], limit: u64) -> Result<Vec<RunEvent>, RunsError> {
+    read_page(store, run_id, after_seq, kinds, None, limit).await
+}
+
+/// [`read_after`], only the events of subagent task `task_id` (see [`task_of`]) when given: the
+/// filter is in the query, before its LIMIT, so a page holds `limit` matching events.
+pub async fn read_page(
+    store: &Store,
+    run_id: &str,
+    after_seq: u64,
+    kinds: &[i32],
+    task_id: Option<&str>,
+    limit: u64,
+) -> Result<Vec<RunEvent>, RunsError> {
     let mut query = run_events::Entity::find()
         .filter(run_events::Column::RunId.eq(run_id))
         .filter(run_events::Column::Seq.gt(after_seq as i64))
@@ -224,6 +258,9 @@ pub async fn read_after(store: &Store, run_id: &str, after_seq: u64, kinds: &[i3
         .limit(limit);
     if !kinds.is_empty() {
         query = query.filter(run_events::Column::Kind.is_in(kinds.iter().copied()));
+    }
+    if let Some(task_id) = task_id {
+        query = query.filter(run_events::Column::TaskId.eq(task_id));
     }
     let rows = query.all(store.db()).await?;
     rows.into_iter()

@@ -4,7 +4,7 @@
 use antler_proto::runs::{Checkpoint, ClarificationEvent, EventKind, RunEvent, Thread, ThreadState, ThreadStatus, run_event};
 use prost::Message;
 use sea_orm::sea_query::{Condition, Expr};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect};
 
 use crate::engine::Engine;
 use crate::error::RunsError;
@@ -218,17 +218,39 @@ pub async fn status(engine: &Engine, thread: &threads::Model) -> Result<(ThreadS
     }
     let Some(latest) = &thread.latest_run_id else { return Ok((ThreadStatus::Idle, None)) };
     let latest = runs::Entity::find_by_id(latest.clone()).one(engine.store.db()).await?;
-    let status = match latest {
-        Some(run) if run.status == ERROR || run.status == TIMEOUT => ThreadStatus::Error,
-        Some(run)
-            if run.stop_reason.as_deref() == Some("clarification")
-                || (run.status == INTERRUPTED && run.stop_reason.as_deref() == Some("breakpoint")) =>
-        {
-            ThreadStatus::Interrupted
-        }
-        _ => ThreadStatus::Idle,
-    };
+    let status = derived_status(false, latest.as_ref().map(|r| r.status.as_str()), latest.as_ref().and_then(|r| r.stop_reason.as_deref()));
     Ok((status, None))
+}
+
+/// The one rule for a thread's status: BUSY while a run is active (admitted, not queued), else
+/// ERROR when its latest run ended ERROR or TIMEOUT, INTERRUPTED when that run stopped for a
+/// clarification or at a breakpoint, IDLE otherwise. [`status_sql`] is the same rule in SQL.
+fn derived_status(active: bool, latest_status: Option<&str>, latest_stop_reason: Option<&str>) -> ThreadStatus {
+    if active {
+        return ThreadStatus::Busy;
+    }
+    match (latest_status, latest_stop_reason) {
+        (Some(s), _) if s == ERROR || s == TIMEOUT => ThreadStatus::Error,
+        (_, Some("clarification")) => ThreadStatus::Interrupted,
+        (Some(s), Some("breakpoint")) if s == INTERRUPTED => ThreadStatus::Interrupted,
+        _ => ThreadStatus::Idle,
+    }
+}
+
+/// [`derived_status`] as a SQL condition on the columns `active_run_id`, `latest_status` and
+/// `latest_stop_reason` of [`list`]'s query. None for UNSPECIFIED (no filter).
+fn status_sql(status: ThreadStatus) -> Option<String> {
+    let error = format!("COALESCE(latest_status, '') IN ('{ERROR}', '{TIMEOUT}')");
+    let interrupted = format!(
+        "(COALESCE(latest_stop_reason, '') = 'clarification' OR (COALESCE(latest_status, '') = '{INTERRUPTED}' AND COALESCE(latest_stop_reason, '') = 'breakpoint'))"
+    );
+    Some(match status {
+        ThreadStatus::Unspecified => return None,
+        ThreadStatus::Busy => "active_run_id IS NOT NULL".to_owned(),
+        ThreadStatus::Error => format!("active_run_id IS NULL AND {error}"),
+        ThreadStatus::Interrupted => format!("active_run_id IS NULL AND NOT {error} AND {interrupted}"),
+        ThreadStatus::Idle => format!("active_run_id IS NULL AND NOT {error} AND NOT {interrupted}"),
+    })
 }
 
 /// The head checkpoint (or a named one) of a thread; its messages left empty unless `with_messages`.
@@ -251,6 +273,17 @@ pub async fn checkpoint(
 
 pub async fn to_proto(engine: &Engine, thread: &threads::Model, include_values: bool) -> Result<Thread, RunsError> {
     let (status, active) = status(engine, thread).await?;
+    to_proto_with(engine, thread, status, active, include_values).await
+}
+
+/// [`to_proto`] with the status already known (as [`list`] derives it).
+pub async fn to_proto_with(
+    engine: &Engine,
+    thread: &threads::Model,
+    status: ThreadStatus,
+    active: Option<String>,
+    include_values: bool,
+) -> Result<Thread, RunsError> {
     let values = if include_values { checkpoint(engine, thread, None, false).await?.and_then(|c| c.values) } else { None };
     Ok(Thread {
         thread_id: thread.thread_id.clone(),
@@ -360,7 +393,21 @@ async fn pending_clarification(engine: &Engine, thread: &threads::Model) -> Resu
     })
 }
 
-/// The caller's threads, newest first, filtered by exact metadata matches and status.
+/// One row of [`list`]: the thread, its status and its active run (derived in the same query).
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub thread: threads::Model,
+    pub status: ThreadStatus,
+    pub active_run_id: Option<String>,
+}
+
+/// The caller's threads, newest first, filtered by metadata and status in SQL: a page holds
+/// `page_size` matching threads (fewer only on the last page) however few of the caller's threads
+/// match, and the token names the last one returned.
+///
+/// Metadata: every key of the filter must be present with an equal value (JSON equality of the
+/// top-level value). PostgreSQL compares `jsonb` values; SQLite compares `json_each` rows by type and
+/// value (objects and arrays by their JSON text, which this service always writes the same way).
 pub async fn list(
     engine: &Engine,
     user_id: &str,
@@ -368,50 +415,60 @@ pub async fn list(
     status_filter: ThreadStatus,
     page_size: u64,
     token: &str,
-) -> Result<(Vec<threads::Model>, String), RunsError> {
+) -> Result<(Vec<Listed>, String), RunsError> {
     let wanted = match metadata.map(|m| struct_to_json(&m)) {
-        Some(serde_json::Value::Object(map)) => map,
-        _ => serde_json::Map::new(),
+        Some(serde_json::Value::Object(map)) if !map.is_empty() => Some(serde_json::Value::Object(map).to_string()),
+        _ => None,
     };
-    let mut cursor = paging::decode(token, "page.page_token")?;
-    let mut out = Vec::new();
-    // Filters are applied in memory after fetching by cursor; scan in batches until the page fills.
-    loop {
-        // The threads of subagent runs belong to their parent's thread, not to the user's list.
-        let mut query = threads::Entity::find()
-            .filter(threads::Column::UserId.eq(user_id))
-            .filter(threads::Column::ParentThreadId.is_null())
-            .order_by_desc(threads::Column::CreatedAt)
-            .order_by_desc(threads::Column::ThreadId)
-            .limit(page_size.max(50));
-        if let Some((at, id)) = &cursor {
-            query = query.filter(
-                Condition::any()
-                    .add(threads::Column::CreatedAt.lt(*at))
-                    .add(Condition::all().add(threads::Column::CreatedAt.eq(*at)).add(threads::Column::ThreadId.lt(id.as_str()))),
-            );
-        }
-        let batch = query.all(engine.store.db()).await?;
-        let exhausted = (batch.len() as u64) < page_size.max(50);
-        for thread in batch {
-            cursor = Some((thread.created_at, thread.thread_id.clone()));
-            let meta: serde_json::Value = serde_json::from_str(&thread.metadata).unwrap_or_default();
-            if !wanted.iter().all(|(k, v)| meta.get(k) == Some(v)) {
-                continue;
-            }
-            if status_filter != ThreadStatus::Unspecified && status(engine, &thread).await?.0 != status_filter {
-                continue;
-            }
-            out.push(thread);
-            if out.len() as u64 == page_size {
-                let next = out.last().map(|t| paging::encode(t.created_at, &t.thread_id)).unwrap_or_default();
-                return Ok((out, next));
-            }
-        }
-        if exhausted {
-            return Ok((out, String::new()));
-        }
+    let cursor = paging::decode(token, "page.page_token")?;
+    let backend = engine.store.backend();
+    // The threads of subagent runs belong to their parent's thread, not to the user's list.
+    let mut inner = format!(
+        "SELECT t.*, \
+           (SELECT a.run_id FROM runs a WHERE a.user_id = t.user_id AND a.thread_id = t.thread_id \
+              AND a.status IN ({}) AND a.queued = FALSE LIMIT 1) AS active_run_id, \
+           l.status AS latest_status, l.stop_reason AS latest_stop_reason \
+         FROM threads t LEFT JOIN runs l ON l.run_id = t.latest_run_id \
+         WHERE t.user_id = ? AND t.parent_thread_id IS NULL",
+        ACTIVE.map(|s| format!("'{s}'")).join(", ")
+    );
+    let mut values: Vec<sea_orm::Value> = vec![user_id.into()];
+    if let Some((at, id)) = cursor {
+        inner.push_str(" AND (t.created_at < ? OR (t.created_at = ? AND t.thread_id < ?))");
+        values.extend([at.into(), at.into(), id.into()]);
     }
+    if let Some(wanted) = wanted {
+        inner.push_str(match backend {
+            sea_orm::DbBackend::Postgres => {
+                " AND NOT EXISTS (SELECT 1 FROM jsonb_each(CAST(? AS jsonb)) w \
+                   WHERE (CAST(t.metadata AS jsonb) -> w.key) IS DISTINCT FROM w.value)"
+            }
+            _ => {
+                " AND NOT EXISTS (SELECT 1 FROM json_each(?) w WHERE NOT EXISTS \
+                   (SELECT 1 FROM json_each(t.metadata) j WHERE j.key = w.key AND j.type = w.type AND j.value IS w.value))"
+            }
+        });
+        values.push(wanted.into());
+    }
+    let filter = status_sql(status_filter).map(|c| format!(" WHERE {c}")).unwrap_or_default();
+    let sql = format!("SELECT * FROM ({inner}) x{filter} ORDER BY created_at DESC, thread_id DESC LIMIT ?");
+    values.push(i64::try_from(page_size).unwrap_or(i64::MAX).into());
+    let rows = engine.store.db().query_all_raw(crate::usage::statement(backend, &sql, values)).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let thread = threads::Model::from_query_result(&row, "")?;
+        let active_run_id: Option<String> = row.try_get("", "active_run_id")?;
+        let latest_status: Option<String> = row.try_get("", "latest_status")?;
+        let latest_stop_reason: Option<String> = row.try_get("", "latest_stop_reason")?;
+        let status = derived_status(active_run_id.is_some(), latest_status.as_deref(), latest_stop_reason.as_deref());
+        out.push(Listed { thread, status, active_run_id });
+    }
+    let next = if out.len() as u64 == page_size {
+        out.last().map(|t| paging::encode(t.thread.created_at, &t.thread.thread_id)).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    Ok((out, next))
 }
 
 /// Checkpoints of a thread, newest first.

@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::error::SandboxError;
 use crate::exec::ExecEvent;
 use crate::exec::output::Stream as OutStream;
+use crate::fence::Fence;
 use crate::files;
 use crate::paths::{self, Root, VirtualPath};
 use crate::providers::ProviderKind;
@@ -41,8 +42,19 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 const DOWNLOAD_CHUNK_DEFAULT: usize = 64 * 1024;
 const DOWNLOAD_CHUNK_MAX: usize = 1024 * 1024;
 
-fn user<T>(request: &Request<T>) -> Result<String, Status> {
-    Ok(Identity::of(request)?.user_id.clone())
+impl SandboxApi {
+    /// The caller's user id, once the call's fencing token (if any) is admitted: a call of a fenced
+    /// run attempt is refused here, and a new attempt's first call kills the old ones' commands.
+    fn caller<T>(&self, request: &Request<T>) -> Result<(String, Option<Fence>), Status> {
+        let user = Identity::of(request)?.user_id.clone();
+        let fence = Fence::from_metadata(request.metadata())?;
+        self.sandboxes.admit_fence(&user, fence.as_ref())?;
+        Ok((user, fence))
+    }
+
+    fn user<T>(&self, request: &Request<T>) -> Result<String, Status> {
+        Ok(self.caller(request)?.0)
+    }
 }
 
 fn timestamp(time: SystemTime) -> prost_types::Timestamp {
@@ -117,6 +129,7 @@ fn exit_message(info: &crate::exec::ExitInfo) -> CommandExit {
         Some(KillReason::Reset) => KillReason_::Reset,
         // A cancelled call has nobody to read this; report it like a shutdown of that one call.
         Some(KillReason::Shutdown | KillReason::Cancelled) => KillReason_::Shutdown,
+        Some(KillReason::Fenced) => KillReason_::Fenced,
     };
     CommandExit {
         exit_code: info.exit_code,
@@ -170,26 +183,26 @@ fn entry_message(entry: files::list::Entry) -> DirEntry {
 #[tonic::async_trait]
 impl sandbox_service_server::SandboxService for SandboxApi {
     async fn acquire_sandbox(&self, request: Request<AcquireSandboxRequest>) -> Result<Response<AcquireSandboxResponse>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let (sandbox, created) = self.sandboxes.acquire(&user, &request.get_ref().thread_id).await?;
         Ok(Response::new(AcquireSandboxResponse { sandbox: Some(self.describe(&sandbox)), created }))
     }
 
     async fn get_sandbox(&self, request: Request<GetSandboxRequest>) -> Result<Response<GetSandboxResponse>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let sandbox = self.sandboxes.get(&user, &request.get_ref().thread_id)?;
         Ok(Response::new(GetSandboxResponse { sandbox: Some(self.describe(&sandbox)) }))
     }
 
     async fn release_sandbox(&self, request: Request<ReleaseSandboxRequest>) -> Result<Response<ReleaseSandboxResponse>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let r = request.get_ref();
         let (sandbox, killed) = self.sandboxes.release(&user, &r.thread_id, r.terminate_processes, r.delete_workspace).await?;
         Ok(Response::new(ReleaseSandboxResponse { sandbox: Some(self.describe(&sandbox)), killed_processes: killed }))
     }
 
     async fn reset_sandbox(&self, request: Request<ResetSandboxRequest>) -> Result<Response<ResetSandboxResponse>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let r = request.get_ref();
         let clear: Vec<Root> = [(r.clear_workspace, Root::Workspace), (r.clear_uploads, Root::Uploads), (r.clear_outputs, Root::Outputs)]
             .into_iter()
@@ -206,21 +219,22 @@ impl sandbox_service_server::SandboxService for SandboxApi {
     type ExecuteCommandStream = BoxStream<ExecuteCommandResponse>;
 
     async fn execute_command(&self, request: Request<ExecuteCommandRequest>) -> Result<Response<Self::ExecuteCommandStream>, Status> {
-        let user = user(&request)?;
+        let (user, fence) = self.caller(&request)?;
         let r = request.into_inner();
         let timeout = r
             .timeout
             .map(std::time::Duration::try_from)
             .transpose()
             .map_err(|_| SandboxError::invalid("timeout", "must be a positive duration"))?;
-        let spec = self.sandboxes.check_command(r.command, timeout, r.env, &r.cwd, r.max_output_bytes)?;
+        let mut spec = self.sandboxes.check_command(r.command, timeout, r.env, &r.cwd, r.max_output_bytes)?;
+        spec.fence = fence;
         let events = self.sandboxes.execute(&user, &r.thread_id, spec).await?;
         let stream = UnboundedReceiverStream::new(events).map(|event| Ok(event_message(event)));
         Ok(Response::new(Box::pin(stream)))
     }
 
     async fn read_file(&self, request: Request<ReadFileRequest>) -> Result<Response<ReadFileResponse>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let r = request.into_inner();
         let read = files::read::ReadRequest {
             path: path_or(&r.path, "path", None)?,
@@ -246,7 +260,7 @@ impl sandbox_service_server::SandboxService for SandboxApi {
     }
 
     async fn write_file(&self, request: Request<WriteFileRequest>) -> Result<Response<WriteFileResponse>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let r = request.into_inner();
         let path = path_or(&r.path, "path", None)?;
         let content = match r.content {
@@ -264,7 +278,7 @@ impl sandbox_service_server::SandboxService for SandboxApi {
     }
 
     async fn edit_file(&self, request: Request<EditFileRequest>) -> Result<Response<EditFileResponse>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let r = request.into_inner();
         let path = path_or(&r.path, "path", None)?;
         let out = self.sandboxes.edit_file(&user, &r.thread_id, path, r.old_str, r.new_str, r.replace_all).await?;
@@ -272,7 +286,7 @@ impl sandbox_service_server::SandboxService for SandboxApi {
     }
 
     async fn list_dir(&self, request: Request<ListDirRequest>) -> Result<Response<ListDirResponse>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let r = request.into_inner();
         let path = path_or(&r.path, "path", Some(VirtualPath::root(Root::Workspace)))?;
         let out = self.sandboxes.list_dir(&user, &r.thread_id, path, r.max_depth, r.include_ignored, r.max_entries).await?;
@@ -280,7 +294,7 @@ impl sandbox_service_server::SandboxService for SandboxApi {
     }
 
     async fn glob(&self, request: Request<GlobRequest>) -> Result<Response<GlobResponse>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let r = request.into_inner();
         let path = path_or(&r.path, "path", Some(VirtualPath::root(Root::Workspace)))?;
         let out = self.sandboxes.glob(&user, &r.thread_id, path, r.pattern, r.include_dirs, r.max_results).await?;
@@ -288,7 +302,7 @@ impl sandbox_service_server::SandboxService for SandboxApi {
     }
 
     async fn grep(&self, request: Request<GrepRequest>) -> Result<Response<GrepResponse>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let r = request.into_inner();
         let grep = files::grep::GrepRequest {
             path: path_or(&r.path, "path", Some(VirtualPath::root(Root::Workspace)))?,
@@ -317,7 +331,7 @@ impl sandbox_service_server::SandboxService for SandboxApi {
     type DownloadFileStream = BoxStream<DownloadFileResponse>;
 
     async fn download_file(&self, request: Request<DownloadFileRequest>) -> Result<Response<Self::DownloadFileStream>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let r = request.into_inner();
         let path = path_or(&r.path, "path", None)?;
         let chunk = match r.chunk_size {
@@ -369,7 +383,7 @@ impl sandbox_service_server::SandboxService for SandboxApi {
     }
 
     async fn upload_files(&self, request: Request<Streaming<UploadFilesRequest>>) -> Result<Response<UploadFilesResponse>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let mut stream = request.into_inner();
         let header = match stream.message().await? {
             Some(UploadFilesRequest { payload: Some(upload_files_request::Payload::Header(header)) }) => header,
@@ -416,7 +430,7 @@ impl sandbox_service_server::SandboxService for SandboxApi {
     }
 
     async fn snapshot_outputs(&self, request: Request<SnapshotOutputsRequest>) -> Result<Response<SnapshotOutputsResponse>, Status> {
-        let user = user(&request)?;
+        let user = self.user(&request)?;
         let snapshot = self.sandboxes.snapshot(&user, &request.get_ref().thread_id).await?;
         Ok(Response::new(SnapshotOutputsResponse {
             files: snapshot

@@ -35,6 +35,9 @@ pub struct SandboxConfig {
     pub idle_release_secs: u64,
     /// How often the idle reaper runs, in seconds.
     pub reap_interval_secs: u64,
+    /// How long the highest attempt of a run (the fencing token of `x-antler-run-attempt`) is
+    /// remembered after the run's last call, in seconds.
+    pub fence_retention_secs: u64,
     /// Command execution.
     pub commands: CommandsConfig,
     /// File tools.
@@ -54,6 +57,7 @@ impl Default for SandboxConfig {
             max_live_sandboxes: 256,
             idle_release_secs: 1800,
             reap_interval_secs: 60,
+            fence_retention_secs: 86_400,
             commands: CommandsConfig::default(),
             files: FilesConfig::default(),
             uploads: UploadsConfig::default(),
@@ -320,6 +324,7 @@ impl SandboxConfig {
         check_range("sandbox.max_live_sandboxes", self.max_live_sandboxes, 1, 1_000_000)?;
         check_range("sandbox.idle_release_secs", self.idle_release_secs, 0, 30 * 86_400)?;
         check_range("sandbox.reap_interval_secs", self.reap_interval_secs, 1, 86_400)?;
+        check_range("sandbox.fence_retention_secs", self.fence_retention_secs, 60, 30 * 86_400)?;
         let s = &self.skills;
         check_range("sandbox.skills.max_custom_per_user", s.max_custom_per_user, 0, 100_000)?;
         check_range("sandbox.skills.max_archive_bytes", s.max_archive_bytes, KIB, 64 * GIB)?;

@@ -14,6 +14,7 @@ pub mod api;
 pub mod config;
 pub mod error;
 pub mod exec;
+pub mod fence;
 pub mod files;
 pub mod ids;
 pub mod locks;
@@ -76,5 +77,15 @@ pub fn build(config: &antler_kit::Config, shutdown: tokio_util::sync::Cancellati
             "sandbox provider selected"
         ),
     }
+    // Which provider runs commands, where a scrape (or a test) can see it: a fallback to `local` is
+    // not only a log line.
+    let fallback = if selection.unusable.is_some() {
+        "unusable"
+    } else if selection.fell_back {
+        "true"
+    } else {
+        "false"
+    };
+    metrics::gauge!("antler_sandbox_provider", "provider" => provider, "fallback" => fallback).set(1.0);
     Ok(Arc::new(service::Sandboxes::new(sandbox_config, selection, shutdown)))
 }

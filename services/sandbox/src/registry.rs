@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Result, SandboxError};
+use crate::fence::Fence;
 use crate::ids;
 use crate::locks::PathLocks;
 use crate::workspace::{Layout, Workspace};
@@ -34,6 +35,8 @@ pub enum KillReason {
     Shutdown,
     /// The client cancelled the ExecuteCommand call (nobody is left to read the exit).
     Cancelled,
+    /// A higher attempt of the command's run called (see `crate::fence`).
+    Fenced,
 }
 
 impl KillReason {
@@ -45,6 +48,7 @@ impl KillReason {
             Self::Reset => "reset",
             Self::Shutdown => "shutdown",
             Self::Cancelled => "cancelled",
+            Self::Fenced => "fenced",
         }
     }
 }
@@ -64,6 +68,8 @@ pub struct State {
 pub struct RunningCommand {
     kill: CancellationToken,
     reason: Mutex<Option<KillReason>>,
+    /// The run attempt that started it, when the call carried a fencing token.
+    fence: Option<Fence>,
 }
 
 impl RunningCommand {
@@ -174,8 +180,9 @@ impl Sandbox {
         if terminate { self.kill_all(KillReason::Release) } else { 0 }
     }
 
-    /// Registers a new command, refusing beyond `max` at once in this sandbox.
-    pub fn start_command(self: &Arc<Self>, max: u64) -> Result<CommandSlot> {
+    /// Registers a new command of `fence`'s attempt (if any), refusing beyond `max` at once in this
+    /// sandbox.
+    pub fn start_command(self: &Arc<Self>, max: u64, fence: Option<Fence>) -> Result<CommandSlot> {
         let mut commands = self.commands.lock().unwrap_or_else(|p| p.into_inner());
         if commands.len() as u64 >= max {
             return Err(SandboxError::ResourceExhausted(format!(
@@ -184,9 +191,25 @@ impl Sandbox {
             )));
         }
         let id = self.next_command.fetch_add(1, Ordering::Relaxed);
-        let command = Arc::new(RunningCommand::default());
+        let command = Arc::new(RunningCommand { fence, ..RunningCommand::default() });
         commands.insert(id, command.clone());
         Ok(CommandSlot { sandbox: self.clone(), id, command })
+    }
+
+    /// Kills the running commands of attempts of `run_id` below `attempt`; returns how many.
+    pub fn kill_fenced(&self, run_id: &str, attempt: u32) -> u32 {
+        let commands: Vec<Arc<RunningCommand>> = self
+            .commands
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|c| c.fence.as_ref().is_some_and(|f| f.run_id == run_id && f.attempt < attempt))
+            .cloned()
+            .collect();
+        for command in &commands {
+            command.kill(KillReason::Fenced);
+        }
+        u32::try_from(commands.len()).unwrap_or(u32::MAX)
     }
 
     /// Kills every running command with `reason`; returns how many were asked to die.
@@ -343,6 +366,14 @@ impl Registry {
         released
     }
 
+    /// Kills the running commands of `user_id`'s sandboxes that belong to attempts of `run_id` below
+    /// `attempt` (a higher attempt called: see `crate::fence`). Returns how many.
+    pub fn kill_fenced(&self, user_id: &str, run_id: &str, attempt: u32) -> u32 {
+        let sandboxes: Vec<Arc<Sandbox>> =
+            self.inner().map.values().filter(|slot| slot.sandbox.user_id == user_id).map(|slot| slot.sandbox.clone()).collect();
+        sandboxes.iter().map(|s| s.kill_fenced(run_id, attempt)).sum()
+    }
+
     /// Kills every running command of every sandbox (server shutdown).
     pub fn kill_everything(&self, reason: KillReason) -> u32 {
         let sandboxes: Vec<Arc<Sandbox>> = self.inner().map.values().map(|slot| slot.sandbox.clone()).collect();
@@ -415,12 +446,12 @@ mod tests {
     async fn command_slots_are_capped_and_freed() -> anyhow::Result<()> {
         let (_dir, registry) = registry(4)?;
         let (sandbox, _) = registry.acquire("u", "t").await?;
-        let first = sandbox.start_command(1)?;
-        assert!(matches!(sandbox.start_command(1), Err(SandboxError::ResourceExhausted(_))));
+        let first = sandbox.start_command(1, None)?;
+        assert!(matches!(sandbox.start_command(1, None), Err(SandboxError::ResourceExhausted(_))));
         assert_eq!(sandbox.kill_all(KillReason::Reset), 1);
         assert_eq!(first.command.reason(), Some(KillReason::Reset));
         drop(first);
-        assert!(sandbox.start_command(1).is_ok());
+        assert!(sandbox.start_command(1, None).is_ok());
         Ok(())
     }
 

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::SandboxConfig;
 use crate::error::{Result, SandboxError};
 use crate::exec::{ExecEvent, ExecSpec, Runner};
+use crate::fence::{Admitted, Fence, Fences};
 use crate::files;
 use crate::ids;
 use crate::mask::Masker;
@@ -25,6 +26,8 @@ pub struct Sandboxes {
     provider: Arc<dyn Provider>,
     unusable: Option<String>,
     config: SandboxConfig,
+    /// The highest attempt seen per run (see [`crate::fence`]).
+    fences: Fences,
     skills: Arc<crate::skills::library::Library>,
 }
 
@@ -44,6 +47,7 @@ impl Sandboxes {
             runner,
             provider: selection.provider,
             unusable: selection.unusable,
+            fences: Fences::new(Duration::from_secs(config.fence_retention_secs)),
             config,
         }
     }
@@ -83,6 +87,7 @@ impl Sandboxes {
                         if !idle.is_zero() {
                             this.registry.release_idle(idle);
                         }
+                        this.fences.forget_stale();
                     }
                 }
             }
@@ -187,10 +192,26 @@ impl Sandboxes {
         self.runner.check(command, timeout, env, cwd, max_output_bytes)
     }
 
-    /// ExecuteCommand.
+    /// Admits a call carrying `fence` (see [`crate::fence`]): FAILED_PRECONDITION when a higher
+    /// attempt of its run has called; when this is the first call of a higher attempt, the commands
+    /// of the lower ones are killed before the call goes on. Calls without a fence always pass.
+    pub fn admit_fence(&self, user_id: &str, fence: Option<&Fence>) -> Result<()> {
+        let Some(fence) = fence else { return Ok(()) };
+        if let Admitted::Advanced { previous } = self.fences.admit(user_id, fence)? {
+            let killed = self.registry.kill_fenced(user_id, &fence.run_id, fence.attempt);
+            tracing::info!(run_id = %fence.run_id, attempt = fence.attempt, previous, killed, "a run's new attempt called: earlier attempts fenced");
+        }
+        Ok(())
+    }
+
+    /// ExecuteCommand (its spec carries the call's fence, already admitted).
     pub async fn execute(&self, user_id: &str, thread_id: &str, spec: ExecSpec) -> Result<tokio::sync::mpsc::UnboundedReceiver<ExecEvent>> {
         let sandbox = self.find(user_id, thread_id)?;
-        self.runner.start(sandbox, spec).await
+        let fence = spec.fence.clone();
+        // Re-checked once the command is registered: a takeover between the admission and the
+        // registration would otherwise miss it.
+        let still_current = || fence.as_ref().map_or(Ok(()), |f| self.fences.check(user_id, f));
+        self.runner.start(sandbox, spec, still_current).await
     }
 
     /// ReadFile.

@@ -123,7 +123,8 @@ pub fn validate(config: &Config, services: &[Registration]) -> Result<(), Config
 /// which is printed on stdout as `<program> listening on <addr>` once the port accepts connections.
 pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> Result<(), RunError> {
     let config = args.load()?;
-    let telemetry = crate::telemetry::init_with_export(&config.server.log, &config.server.tracing, program)?;
+    let reload = std::time::Duration::from_millis(config.server.tls.reload_interval_ms);
+    let telemetry = crate::telemetry::init_with_export(&config.server.log, &config.server.tracing, program, reload)?;
     if telemetry.exporting() {
         tracing::info!(endpoint = %config.server.tracing.otlp_endpoint, protocol = ?config.server.tracing.otlp_protocol, "exporting spans over OTLP");
     }

@@ -25,6 +25,22 @@ use crate::trace_context::{TRACEPARENT, TraceContext};
 pub struct CallContext {
     pub identity: Identity,
     pub trace: TraceContext,
+    /// Set on the calls an agent makes for a run: outbound requests carry it as the fencing token
+    /// ([`RUN_ID_HEADER`], [`ATTEMPT_HEADER`]), which the sandbox service enforces.
+    pub run: Option<RunAttempt>,
+}
+
+/// gRPC metadata naming the run an outbound call is made for (see [`RunAttempt`]).
+pub const RUN_ID_HEADER: &str = "x-antler-run-id";
+/// gRPC metadata naming the run's attempt (1 for the first, +1 per takeover).
+pub const ATTEMPT_HEADER: &str = "x-antler-run-attempt";
+
+/// The run attempt a call is made for: the sandbox service refuses calls of an attempt lower than
+/// the highest it has seen for the run, and kills that attempt's commands when a higher one calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAttempt {
+    pub run_id: String,
+    pub attempt: u32,
 }
 
 impl CallContext {
@@ -32,7 +48,7 @@ impl CallContext {
     pub fn from_request<T>(request: &tonic::Request<T>) -> Result<Self, tonic::Status> {
         let identity = Identity::of(request)?.clone();
         let trace = request.extensions().get::<TraceContext>().copied().unwrap_or_else(TraceContext::new_root);
-        Ok(Self { identity, trace })
+        Ok(Self { identity, trace, run: None })
     }
 
     /// A context for work a service does on its own for `user_id` (for example a background worker).
@@ -43,7 +59,14 @@ impl CallContext {
         Self {
             identity: Identity { user_id, principal: Principal::Service { service: String::new() }, credential: None },
             trace: TraceContext::current(),
+            run: None,
         }
+    }
+
+    /// This context, its calls made for `attempt` of `run_id`.
+    pub fn for_run(mut self, run_id: impl Into<String>, attempt: u32) -> Self {
+        self.run = Some(RunAttempt { run_id: run_id.into(), attempt });
+        self
     }
 }
 
@@ -69,6 +92,12 @@ impl ServiceClient {
         let metadata = request.metadata_mut();
         if let Ok(value) = MetadataValue::try_from(ctx.trace.to_traceparent()) {
             metadata.insert(TRACEPARENT, value);
+        }
+        if let Some(run) = &ctx.run
+            && let Ok(run_id) = MetadataValue::try_from(run.run_id.as_str())
+        {
+            metadata.insert(RUN_ID_HEADER, run_id);
+            metadata.insert(ATTEMPT_HEADER, MetadataValue::from(run.attempt));
         }
         if self.same_process
             && let Ok(value) = MetadataValue::try_from(crate::limit::internal_mark())
@@ -264,11 +293,16 @@ mod tests {
         let ctx = CallContext {
             identity: Identity { user_id: "alice".into(), principal: Principal::User, credential: Some("alice-key".into()) },
             trace: TraceContext::new_root(),
+            run: None,
         };
         let request = client.request(&ctx, ());
         assert_eq!(request.metadata().get("authorization").and_then(|v| v.to_str().ok()), Some("Bearer alice-key"));
         assert!(request.metadata().get(ACT_AS_HEADER).is_none(), "a user token speaks for itself");
         let sent = request.metadata().get(TRACEPARENT).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
         assert!(sent.contains(&ctx.trace.trace_id_hex()), "{sent}");
+        assert!(request.metadata().get(RUN_ID_HEADER).is_none(), "no run, no fencing token");
+        let request = client.request(&ctx.clone().for_run("r-1", 2), ());
+        assert_eq!(request.metadata().get(RUN_ID_HEADER).and_then(|v| v.to_str().ok()), Some("r-1"));
+        assert_eq!(request.metadata().get(ATTEMPT_HEADER).and_then(|v| v.to_str().ok()), Some("2"));
     }
 }

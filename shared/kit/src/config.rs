@@ -227,6 +227,11 @@ pub struct TracingConfig {
     pub max_queue_size: usize,
     /// Deadline of one export call, in milliseconds.
     pub export_timeout_ms: u64,
+    /// TLS to an `https://` collector (`server.tracing.tls.ca`, `cert`, `key`, `server_name`), as for
+    /// `clients.<service>.tls`: an empty `ca` trusts the operating system's roots; `cert`/`key` are
+    /// presented to a collector that asks for a client certificate. Over gRPC the files are re-read
+    /// when they change (every `server.tls.reload_interval_ms`); over HTTP they are read at start.
+    pub tls: crate::tls::ClientTlsConfig,
 }
 
 impl Default for TracingConfig {
@@ -240,6 +245,7 @@ impl Default for TracingConfig {
             batch_delay_ms: 5_000,
             max_queue_size: 2_048,
             export_timeout_ms: 10_000,
+            tls: crate::tls::ClientTlsConfig::default(),
         }
     }
 }
@@ -253,10 +259,13 @@ impl TracingConfig {
                 message: format!("`{endpoint}` must start with http:// or https:// (empty turns export off)"),
             });
         }
-        if self.otlp_protocol == OtlpProtocol::Grpc && endpoint.starts_with("https://") {
+        self.tls.validate(&crate::tls::Fields::Yaml("server.tracing.tls".to_owned()))?;
+        if !self.tls.is_empty() && !endpoint.starts_with("https://") {
             return Err(ConfigError::Invalid {
-                path: "server.tracing.otlp_endpoint".to_owned(),
-                message: format!("`{endpoint}`: OTLP over gRPC is plaintext here\nhint: use otlp_protocol: http for an https:// collector"),
+                path: "server.tracing.tls".to_owned(),
+                message: format!(
+                    "is set but server.tracing.otlp_endpoint `{endpoint}` is not https://\nhint: name the collector as https://host:port, or remove server.tracing.tls"
+                ),
             });
         }
         if !(0.0..=1.0).contains(&self.sample_ratio) {
@@ -611,6 +620,11 @@ mod tests {
         assert!(text.contains("server.tracing.sample_ratio") && text.contains("between 0.0 and 1.0"), "{text}");
         let text = error("server:\n  tracing:\n    otlp_endpoint: collector:4317\n");
         assert!(text.contains("server.tracing.otlp_endpoint"), "{text}");
+        let text = error("server:\n  tracing:\n    otlp_endpoint: http://collector:4317\n    tls:\n      ca: /etc/ca.pem\n");
+        assert!(text.contains("server.tracing.tls") && text.contains("not https://"), "{text}");
+        let text = error("server:\n  tracing:\n    otlp_endpoint: https://collector:4317\n    tls:\n      cert: /etc/c.pem\n");
+        assert!(text.contains("server.tracing.tls.key"), "{text}");
+        assert!(parse("server:\n  tracing:\n    otlp_endpoint: https://collector:4317\n    tls:\n      ca: /etc/ca.pem\n").is_ok());
         assert!(
             parse("server:\n  metrics:\n    listen: 127.0.0.1:0\n").is_ok_and(|c| c
                 .server

@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _};
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanData, SpanExporter};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::{OtlpProtocol, TracingConfig};
+use crate::tls::{ClientTls, Fields};
 use crate::trace_context::TraceContext;
 
 /// Failures setting export up.
@@ -28,19 +29,52 @@ pub struct ExportError {
 }
 
 /// The tracer provider when `server.tracing.otlp_endpoint` is set. Must be created inside the tokio
-/// runtime (exports run on it).
-pub fn provider(config: &TracingConfig, program: &str) -> Result<Option<SdkTracerProvider>, ExportError> {
+/// runtime (exports run on it). An `https://` collector is reached over the kit's own TLS
+/// (`server.tracing.tls`, as `clients.<service>.tls`); over gRPC its files are re-read every
+/// `reload_interval` (zero: never).
+pub fn provider(config: &TracingConfig, program: &str, reload_interval: Duration) -> Result<Option<SdkTracerProvider>, ExportError> {
     let endpoint = config.otlp_endpoint.trim();
     if endpoint.is_empty() {
         return Ok(None);
     }
     let error = |message: String| ExportError { endpoint: endpoint.to_owned(), message };
     let timeout = Duration::from_millis(config.export_timeout_ms);
-    let exporter = match config.otlp_protocol {
-        OtlpProtocol::Grpc => {
+    let tls = if endpoint.starts_with("https://") {
+        let fields = Fields::Yaml("server.tracing.tls".to_owned());
+        Some(ClientTls::load(&config.tls, &fields, reload_interval, None).map_err(|e| error(e.to_string()))?)
+    } else {
+        None
+    };
+    let exporter = match (config.otlp_protocol, tls) {
+        (OtlpProtocol::Grpc, None) => {
             opentelemetry_otlp::SpanExporter::builder().with_tonic().with_endpoint(endpoint).with_timeout(timeout).build()
         }
-        OtlpProtocol::Http => opentelemetry_otlp::SpanExporter::builder().with_http().with_endpoint(endpoint).with_timeout(timeout).build(),
+        // The exporter's own TLS would need one of opentelemetry-otlp's `tls-*` features and could
+        // not reload certificates: its channel is made here with the kit's connector instead.
+        (OtlpProtocol::Grpc, Some(tls)) => {
+            let channel = tls
+                .channel(tonic::transport::Endpoint::from_shared(endpoint.to_owned()).map_err(|e| error(e.to_string()))?.timeout(timeout));
+            opentelemetry_otlp::SpanExporter::builder().with_tonic().with_channel(channel).with_timeout(timeout).build()
+        }
+        (OtlpProtocol::Http, None) => {
+            opentelemetry_otlp::SpanExporter::builder().with_http().with_endpoint(endpoint).with_timeout(timeout).build()
+        }
+        (OtlpProtocol::Http, Some(tls)) => {
+            // No ALPN: the kit's is h2 only (for gRPC), and an OTLP/HTTP collector speaks HTTP/1.1.
+            let mut rustls_config = tls.current_config().as_ref().clone();
+            rustls_config.alpn_protocols.clear();
+            let client = reqwest::Client::builder()
+                .tls_backend_preconfigured(rustls_config)
+                .timeout(timeout)
+                .build()
+                .map_err(|e| error(e.to_string()))?;
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_http_client(client)
+                .with_endpoint(endpoint)
+                .with_timeout(timeout)
+                .build()
+        }
     }
     .map_err(|e| error(e.to_string()))?;
     let runtime = tokio::runtime::Handle::try_current().map_err(|e| error(e.to_string()))?;

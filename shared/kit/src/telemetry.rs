@@ -17,7 +17,7 @@ use crate::config::{LogConfig, LogFormat, TracingConfig};
 /// Installs the global subscriber for logs only. `RUST_LOG` overrides `config.filter`. Calling it twice
 /// is harmless.
 pub fn init(config: &LogConfig) {
-    let _ = init_with_export(config, &TracingConfig::default(), "antler");
+    let _ = init_with_export(config, &TracingConfig::default(), "antler", std::time::Duration::ZERO);
 }
 
 /// What [`init_with_export`] started: the span exporter, flushed by [`Telemetry::shutdown`].
@@ -47,15 +47,21 @@ impl Telemetry {
 
 /// Installs the global subscriber: logs as [`init`], plus OTLP export of spans when
 /// `tracing.otlp_endpoint` is set (`program` is the default `service.name`). Must run inside the tokio
-/// runtime. A second call installs nothing and exports nothing.
-pub fn init_with_export(log: &LogConfig, tracing: &TracingConfig, program: &str) -> Result<Telemetry, crate::otel::ExportError> {
+/// runtime. A second call installs nothing and exports nothing. `tls_reload_interval` is how often
+/// the files of `tracing.tls` are re-read (zero: never).
+pub fn init_with_export(
+    log: &LogConfig,
+    tracing: &TracingConfig,
+    program: &str,
+    tls_reload_interval: std::time::Duration,
+) -> Result<Telemetry, crate::otel::ExportError> {
     let filter = EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(&log.filter)).unwrap_or_else(|_| EnvFilter::new("info"));
     let fmt = tracing_subscriber::fmt::layer().with_writer(RedactingStderr).with_ansi(std::io::stderr().is_terminal());
     let fmt = match log.format {
         LogFormat::Text => fmt.with_filter(filter).boxed(),
         LogFormat::Json => fmt.json().flatten_event(true).with_current_span(true).with_filter(filter).boxed(),
     };
-    let provider = crate::otel::provider(tracing, program)?;
+    let provider = crate::otel::provider(tracing, program, tls_reload_interval)?;
     let export = provider.as_ref().map(|provider| {
         let filter = EnvFilter::try_new(&tracing.filter).unwrap_or_else(|_| EnvFilter::new("info"));
         crate::otel::layer(provider).with_filter(filter)

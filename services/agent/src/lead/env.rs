@@ -157,6 +157,25 @@ impl RunEnv {
         }
     }
 
+    /// Tells the sandbox service at once that this attempt has taken the run over: its fencing token
+    /// (see `AgentContext::call_context`) on a GetSandbox makes the service kill the commands an
+    /// earlier attempt still has running and refuse that attempt's further calls, without waiting for
+    /// this attempt's first tool call. Best effort: a thread without a sandbox has nothing to kill.
+    pub async fn announce_attempt(&self) {
+        use antler_proto::sandbox::GetSandboxRequest;
+        let Some(client) = self.ctx.clients().get("sandbox") else { return };
+        let request = client.request(&self.ctx.call_context(), GetSandboxRequest { thread_id: self.thread_id().to_owned() });
+        match SandboxServiceClient::new(client.channel()).get_sandbox(request).await {
+            Ok(_) => {
+                tracing::debug!(run_id = %self.ctx.spec.run_id, attempt = self.ctx.spec.attempt, "new attempt announced to the sandbox")
+            }
+            Err(status) if status.code() == tonic::Code::NotFound => {}
+            Err(status) => {
+                tracing::warn!(run_id = %self.ctx.spec.run_id, code = ?status.code(), "could not announce the attempt to the sandbox: {}", status.message())
+            }
+        }
+    }
+
     /// Lists the thread's outputs directory (path → SHA-256) without acquiring the sandbox: a thread
     /// that never had one has no outputs.
     pub async fn snapshot_outputs(&self) -> Result<BTreeMap<String, String>, ToolError> {

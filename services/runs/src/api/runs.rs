@@ -24,7 +24,7 @@ use crate::lifecycle::{admission, cancel, is_terminal};
 use crate::paging;
 use crate::store::entity::{feedback, runs};
 use crate::store::now_ms;
-use crate::stream::{Subscription, follow, read_after};
+use crate::stream::{Subscription, follow, read_page};
 use crate::stream_limits::StreamPermit;
 use crate::threads as thread_domain;
 
@@ -310,10 +310,8 @@ impl RunService for RunApi {
                 return Err(antler_kit::status::invalid_argument(&format!("kinds[{i}]"), format!("{kind} is not an EventKind")));
             }
         }
-        let mut events = read_after(&self.engine.store, &run.run_id, after, &req.kinds, size).await?;
-        if !req.task_id.is_empty() {
-            events.retain(|e| e.task_id == req.task_id);
-        }
+        let task_id = (!req.task_id.is_empty()).then_some(req.task_id.as_str());
+        let events = read_page(&self.engine.store, &run.run_id, after, &req.kinds, task_id, size).await?;
         let next = if events.len() as u64 == size { events.last().map(|e| e.seq.to_string()).unwrap_or_default() } else { String::new() };
         Ok(Response::new(ListRunEventsResponse {
             events,
@@ -369,60 +367,21 @@ impl RunService for RunApi {
     }
 
     async fn get_token_usage(&self, request: Request<GetTokenUsageRequest>) -> Result<Response<GetTokenUsageResponse>, Status> {
-        let user = Identity::of(&request)?.user_id.clone();
+        let ctx = identity(&request)?;
+        let user = ctx.identity.user_id.clone();
         let req = request.into_inner();
         antler_kit::status::required("thread_id", &req.thread_id)?;
-        thread_domain::find(&self.engine, &user, &req.thread_id).await?;
-        let mut statuses = vec!["success", "error", "interrupted", "timeout"];
-        if req.include_active {
-            statuses.extend(["running", "finalizing"]);
-        }
-        let rows: Vec<Vec<u8>> = runs::Entity::find()
-            .select_only()
-            .column(runs::Column::Usage)
-            .filter(runs::Column::UserId.eq(user.as_str()))
-            .filter(runs::Column::ThreadId.eq(req.thread_id.as_str()))
-            .filter(runs::Column::Status.is_in(statuses))
-            .into_tuple()
-            .all(self.engine.store.db())
-            .await
-            .map_err(RunsError::from)?;
-        let mut total = antler_proto::common::Usage::default();
-        let mut by_caller = CallerUsage::default();
-        let mut by_model: std::collections::HashMap<String, ModelUsage> = std::collections::HashMap::new();
-        let mut llm_calls = 0;
-        for usage in rows.iter().filter_map(|u| RunUsage::decode(u.as_slice()).ok()) {
-            total.input_tokens += usage.input_tokens;
-            total.output_tokens += usage.output_tokens;
-            total.total_tokens += usage.total_tokens;
-            total.cache_read_tokens += usage.cache_read_tokens;
-            total.reasoning_tokens += usage.reasoning_tokens;
-            llm_calls += usage.llm_calls;
-            by_caller.lead_agent_tokens += usage.lead_agent_tokens;
-            by_caller.subagent_tokens += usage.subagent_tokens;
-            by_caller.middleware_tokens += usage.middleware_tokens;
-            for (model, per) in usage.by_model {
-                let entry = by_model.entry(model).or_default();
-                let u = entry.usage.get_or_insert_with(Default::default);
-                if let Some(p) = per.usage {
-                    u.input_tokens += p.input_tokens;
-                    u.output_tokens += p.output_tokens;
-                    u.total_tokens += p.total_tokens;
-                    u.cache_read_tokens += p.cache_read_tokens;
-                    u.reasoning_tokens += p.reasoning_tokens;
-                }
-                entry.llm_calls += per.llm_calls;
-                entry.runs += 1;
-            }
-        }
+        let thread = thread_domain::find(&self.engine, &user, &req.thread_id).await?;
+        let usage = crate::usage::thread_usage(&self.engine, &user, &req.thread_id, req.include_active).await?;
+        let context_usage = crate::usage::thread_context(&self.engine, &ctx, &thread).await?;
         Ok(Response::new(GetTokenUsageResponse {
             thread_id: req.thread_id,
-            total: Some(total),
-            runs: rows.len() as u64,
-            llm_calls,
-            by_model,
-            by_caller: Some(by_caller),
-            context_usage: None,
+            total: Some(usage.total),
+            runs: usage.runs,
+            llm_calls: usage.llm_calls,
+            by_model: usage.by_model,
+            by_caller: Some(usage.by_caller),
+            context_usage,
         }))
     }
 }

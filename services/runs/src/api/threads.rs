@@ -73,8 +73,8 @@ impl ThreadService for ThreadApi {
         let size = paging::size(page.page_size, paging::DEFAULT_PAGE, paging::MAX_PAGE);
         let (rows, next) = domain::list(&self.engine, &user, req.metadata, status, size, &page.page_token).await?;
         let mut threads = Vec::with_capacity(rows.len());
-        for row in &rows {
-            threads.push(domain::to_proto(&self.engine, row, req.include_values).await?);
+        for row in rows {
+            threads.push(domain::to_proto_with(&self.engine, &row.thread, row.status, row.active_run_id, req.include_values).await?);
         }
         Ok(Response::new(ListThreadsResponse { threads, page: Some(antler_proto::common::PageResponse { next_page_token: next }) }))
     }

@@ -235,7 +235,12 @@ impl RunHost {
                     }
                     new_usage = Some(total);
                 }
-                let columns = new_usage.iter().map(|total| (runs::Column::Usage, sea_orm::Value::from(total.encode_to_vec()))).collect();
+                // The protobuf for GetRun, and its totals as columns for GetTokenUsage's SUM.
+                let mut columns = Vec::new();
+                if let Some(total) = &new_usage {
+                    columns.push((runs::Column::Usage, sea_orm::Value::from(total.encode_to_vec())));
+                    columns.extend(crate::usage::columns(total));
+                }
                 // One statement: still ours? (It also serialises with a concurrent takeover.) Seqs
                 // allocated, usage written.
                 let Some(written) =

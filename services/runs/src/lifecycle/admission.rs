@@ -544,6 +544,17 @@ pub(crate) fn new_run(
         updated_at: now,
         parent_run_id: req.subagent.as_ref().map(|s| s.parent_run_id.clone()),
         parent_task_id: req.subagent.as_ref().map(|s| s.task_id.clone()),
+        // No model call yet: every usage total is zero.
+        usage_input_tokens: 0,
+        usage_output_tokens: 0,
+        usage_total_tokens: 0,
+        usage_cache_read_tokens: 0,
+        usage_reasoning_tokens: 0,
+        usage_llm_calls: 0,
+        usage_lead_agent_tokens: 0,
+        usage_subagent_tokens: 0,
+        usage_middleware_tokens: 0,
+        usage_by_model: "{}".to_owned(),
     };
     NewRun { run, input, first }
 }

@@ -3,8 +3,8 @@
 
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{Metadata, RunError};
-use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
+use sea_orm::sea_query::{Condition, Expr, ExprTrait};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
 use super::{ACTIVE, ERROR, Ending, FINALIZING, INTERRUPTED, PENDING, RUNNING, end_by_service, promote_next_queued, status_from_str};
 use crate::engine::{Engine, StopCause};
@@ -104,23 +104,45 @@ pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError>
     let now = now_ms();
     let swept = Swept { claimed: take_over(engine, capacity).await? };
 
-    // Queued runs whose thread has no active run (their predecessor's finalizer died before promoting).
-    let stranded: Vec<(String, String)> = runs::Entity::find()
-        .select_only()
-        .column(runs::Column::UserId)
-        .column(runs::Column::ThreadId)
-        .filter(runs::Column::Status.eq(PENDING))
-        .filter(runs::Column::Queued.eq(true))
-        .distinct()
-        .into_tuple()
-        .all(engine.store.db())
-        .await?;
-    for (user_id, thread_id) in stranded {
-        let tx = engine.store.tx().await?;
-        let promoted = promote_next_queued(&*tx, &user_id, &thread_id).await?;
-        tx.commit().await?;
-        if promoted {
-            engine.wake.notify_one();
+    // Queued runs whose thread has no active run (their predecessor's finalizer died before promoting),
+    // found in SQL and read a batch at a time.
+    let batch = u64::from(engine.config.sweep_batch);
+    let mut after: Option<(String, String)> = None;
+    loop {
+        let mut query = runs::Entity::find()
+            .select_only()
+            .column(runs::Column::UserId)
+            .column(runs::Column::ThreadId)
+            .filter(runs::Column::Status.eq(PENDING))
+            .filter(runs::Column::Queued.eq(true))
+            .filter(Expr::cust(format!(
+                "NOT EXISTS (SELECT 1 FROM runs a WHERE a.user_id = runs.user_id AND a.thread_id = runs.thread_id \
+                 AND a.status IN ({}) AND a.queued = FALSE)",
+                ACTIVE.map(|s| format!("'{s}'")).join(", ")
+            )))
+            .distinct()
+            .order_by_asc(runs::Column::UserId)
+            .order_by_asc(runs::Column::ThreadId)
+            .limit(batch);
+        if let Some((user_id, thread_id)) = &after {
+            query =
+                query.filter(Condition::any().add(runs::Column::UserId.gt(user_id.as_str())).add(
+                    Condition::all().add(runs::Column::UserId.eq(user_id.as_str())).add(runs::Column::ThreadId.gt(thread_id.as_str())),
+                ));
+        }
+        let stranded: Vec<(String, String)> = query.into_tuple().all(engine.store.db()).await?;
+        let exhausted = (stranded.len() as u64) < batch;
+        after = stranded.last().cloned();
+        for (user_id, thread_id) in stranded {
+            let tx = engine.store.tx().await?;
+            let promoted = promote_next_queued(&*tx, &user_id, &thread_id).await?;
+            tx.commit().await?;
+            if promoted {
+                engine.wake.notify_one();
+            }
+        }
+        if exhausted {
+            break;
         }
     }
 
@@ -146,17 +168,50 @@ pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError>
 pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Model>, RunsError> {
     let expired_before = now_ms() - engine.config.grace().as_millis() as i64;
     let mut claimed = Vec::new();
-    let mut events = Vec::new();
     let mut waiting = false;
-    let orphans = runs::Entity::find()
-        .filter(runs::Column::Status.is_in([RUNNING, FINALIZING]))
-        .filter(
-            sea_orm::sea_query::Condition::any()
-                .add(runs::Column::LeaseExpiresAt.is_null())
-                .add(runs::Column::LeaseExpiresAt.lt(expired_before)),
-        )
-        .all(engine.store.control_db())
-        .await?;
+    let batch = u64::from(engine.config.sweep_batch);
+    let mut after = String::new();
+    loop {
+        let mut query = runs::Entity::find()
+            .filter(runs::Column::Status.is_in([RUNNING, FINALIZING]))
+            .filter(Condition::any().add(runs::Column::LeaseExpiresAt.is_null()).add(runs::Column::LeaseExpiresAt.lt(expired_before)))
+            .filter(runs::Column::RunId.gt(after.as_str()))
+            .order_by_asc(runs::Column::RunId)
+            .limit(batch);
+        if waiting {
+            // No capacity left to claim: only the runs this pass can close still matter.
+            query = query.filter(
+                Condition::any()
+                    .add(runs::Column::Status.eq(FINALIZING))
+                    .add(runs::Column::CancelAction.is_not_null())
+                    .add(runs::Column::Attempt.gte(engine.config.max_attempts as i32)),
+            );
+        }
+        let orphans = query.all(engine.store.control_db()).await?;
+        let exhausted = (orphans.len() as u64) < batch;
+        if let Some(last) = orphans.last() {
+            after = last.run_id.clone();
+        }
+        let events = take_over_batch(engine, orphans, capacity, expired_before, &mut claimed, &mut waiting).await?;
+        engine.hub.publish(&events);
+        if exhausted {
+            break;
+        }
+    }
+    engine.takeovers_waiting.store(waiting, std::sync::atomic::Ordering::Relaxed);
+    Ok(claimed)
+}
+
+/// One batch of [`take_over`]: closes, ends or claims each run; returns the events to publish.
+async fn take_over_batch(
+    engine: &Engine,
+    orphans: Vec<runs::Model>,
+    capacity: usize,
+    expired_before: i64,
+    claimed: &mut Vec<runs::Model>,
+    waiting: &mut bool,
+) -> Result<Vec<antler_proto::runs::RunEvent>, RunsError> {
+    let mut events = Vec::new();
     for run in orphans {
         if engine.local_run(&run.run_id).is_some() {
             continue;
@@ -169,7 +224,7 @@ pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Mod
             && run.attempt < engine.config.max_attempts as i32
             && run.parent_run_id.is_none();
         if needs_slot && claimed.len() >= capacity {
-            waiting = true;
+            *waiting = true;
             continue;
         }
         let tx = engine.store.control_tx().await?;
@@ -219,7 +274,7 @@ pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Mod
             tx.commit().await?;
             continue;
         } else {
-            waiting = true;
+            *waiting = true;
             None
         };
         let promoted = if let Some(end) = ended {
@@ -234,9 +289,7 @@ pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Mod
         }
     }
 
-    engine.takeovers_waiting.store(waiting, std::sync::atomic::Ordering::Relaxed);
-    engine.hub.publish(&events);
-    Ok(claimed)
+    Ok(events)
 }
 
 /// Takes over `run` from its dead owner: attempt + 1, our lease, a new METADATA event.

@@ -20,6 +20,7 @@ impl MigratorTrait for Migrator {
             Box::new(Workers),
             Box::new(Notify),
             Box::new(ActiveByUser),
+            Box::new(SqlAggregates),
         ]
     }
 
@@ -322,6 +323,132 @@ impl MigrationTrait for Subagents {
             "ALTER TABLE runs DROP COLUMN parent_run_id",
         ] {
             db.execute_unprepared(statement).await?;
+        }
+        Ok(())
+    }
+}
+
+/// What lists and sums need as columns, so SQL can filter and aggregate instead of the service
+/// loading rows and decoding them (issue #15):
+/// - the run's usage totals (`usage_*`) beside the protobuf `usage` (which GetRun still returns), and
+///   the per-model split as a JSON object (`usage_by_model`, summed with `json_each`/`jsonb_each`);
+/// - `run_events.task_id`: the subagent task an event belongs to (RunEvent.task_id, or for a
+///   SubagentEvent its own task_id), so ListRunEvents filters on it before its LIMIT.
+///
+/// Existing rows are filled in by decoding them: every run's usage, and the SUBAGENT events (no
+/// earlier version wrote a non-empty RunEvent.task_id, so no other event needs it).
+struct SqlAggregates;
+
+impl MigrationName for SqlAggregates {
+    fn name(&self) -> &str {
+        "m0010_sql_aggregates"
+    }
+}
+
+/// The numeric usage columns of `runs`, as `crate::usage::columns` writes them.
+pub const USAGE_COLUMNS: [&str; 9] = [
+    "usage_input_tokens",
+    "usage_output_tokens",
+    "usage_total_tokens",
+    "usage_cache_read_tokens",
+    "usage_reasoning_tokens",
+    "usage_llm_calls",
+    "usage_lead_agent_tokens",
+    "usage_subagent_tokens",
+    "usage_middleware_tokens",
+];
+
+/// Rows decoded per statement while filling existing rows in.
+const BACKFILL_BATCH: u64 = 500;
+
+#[async_trait::async_trait]
+impl MigrationTrait for SqlAggregates {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+
+        use super::entity::{run_events, runs};
+        let db = manager.get_connection();
+        for column in USAGE_COLUMNS {
+            db.execute_unprepared(&format!("ALTER TABLE runs ADD COLUMN {column} BIGINT NOT NULL DEFAULT 0")).await?;
+        }
+        db.execute_unprepared("ALTER TABLE runs ADD COLUMN usage_by_model TEXT NOT NULL DEFAULT '{}'").await?;
+        db.execute_unprepared("ALTER TABLE run_events ADD COLUMN task_id TEXT").await?;
+        db.execute_unprepared("CREATE INDEX run_events_by_task ON run_events (run_id, task_id, seq) WHERE task_id IS NOT NULL").await?;
+
+        // Runs: the totals from the stored protobuf, in keyset-paged batches.
+        let mut after = String::new();
+        loop {
+            let rows: Vec<(String, Vec<u8>)> = runs::Entity::find()
+                .select_only()
+                .column(runs::Column::RunId)
+                .column(runs::Column::Usage)
+                .filter(runs::Column::RunId.gt(after.as_str()))
+                .order_by_asc(runs::Column::RunId)
+                .limit(BACKFILL_BATCH)
+                .into_tuple()
+                .all(db)
+                .await?;
+            let Some((last, _)) = rows.last() else { break };
+            after = last.clone();
+            for (run_id, usage) in rows {
+                let Ok(usage) = <antler_proto::runs::RunUsage as prost::Message>::decode(usage.as_slice()) else { continue };
+                if usage == antler_proto::runs::RunUsage::default() {
+                    continue;
+                }
+                let mut update = runs::Entity::update_many().filter(runs::Column::RunId.eq(run_id.as_str()));
+                for (column, value) in crate::usage::columns(&usage) {
+                    update = update.col_expr(column, sea_orm::sea_query::Expr::value(value));
+                }
+                update.exec(db).await?;
+            }
+        }
+
+        // Subagent events: their task id.
+        let subagent = antler_proto::runs::EventKind::Subagent as i32;
+        let mut after = (String::new(), 0i64);
+        loop {
+            let rows: Vec<(String, i64, Vec<u8>)> = run_events::Entity::find()
+                .select_only()
+                .column(run_events::Column::RunId)
+                .column(run_events::Column::Seq)
+                .column(run_events::Column::Payload)
+                .filter(run_events::Column::Kind.eq(subagent))
+                .filter(
+                    sea_orm::sea_query::Condition::any().add(run_events::Column::RunId.gt(after.0.as_str())).add(
+                        sea_orm::sea_query::Condition::all()
+                            .add(run_events::Column::RunId.eq(after.0.as_str()))
+                            .add(run_events::Column::Seq.gt(after.1)),
+                    ),
+                )
+                .order_by_asc(run_events::Column::RunId)
+                .order_by_asc(run_events::Column::Seq)
+                .limit(BACKFILL_BATCH)
+                .into_tuple()
+                .all(db)
+                .await?;
+            let Some((run_id, seq, _)) = rows.last() else { break };
+            after = (run_id.clone(), *seq);
+            for (run_id, seq, payload) in rows {
+                let Ok(event) = <antler_proto::runs::RunEvent as prost::Message>::decode(payload.as_slice()) else { continue };
+                let Some(task_id) = crate::stream::task_of(&event) else { continue };
+                run_events::Entity::update_many()
+                    .col_expr(run_events::Column::TaskId, sea_orm::sea_query::Expr::value(task_id.to_owned()))
+                    .filter(run_events::Column::RunId.eq(run_id.as_str()))
+                    .filter(run_events::Column::Seq.eq(seq))
+                    .exec(db)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        db.execute_unprepared("DROP INDEX run_events_by_task").await?;
+        db.execute_unprepared("ALTER TABLE run_events DROP COLUMN task_id").await?;
+        db.execute_unprepared("ALTER TABLE runs DROP COLUMN usage_by_model").await?;
+        for column in USAGE_COLUMNS {
+            db.execute_unprepared(&format!("ALTER TABLE runs DROP COLUMN {column}")).await?;
         }
         Ok(())
     }

@@ -41,6 +41,8 @@ pub struct ExecSpec {
     pub env: HashMap<String, String>,
     pub cwd: VirtualPath,
     pub max_output_bytes: u64,
+    /// The run attempt the command is run for (see `crate::fence`); set by the caller after `check`.
+    pub fence: Option<crate::fence::Fence>,
 }
 
 /// What the runner reports, in order: one `Started`, any number of `Output`, one `Exit`.
@@ -118,13 +120,22 @@ impl Runner {
         };
         env::check_injected(&env, c.max_env_vars, c.max_env_value_bytes)?;
         let cap = if max_output_bytes == 0 { c.max_output_bytes_per_stream } else { max_output_bytes.min(c.max_output_bytes_per_stream) };
-        Ok(ExecSpec { command, timeout, env, cwd, max_output_bytes: cap })
+        Ok(ExecSpec { command, timeout, env, cwd, max_output_bytes: cap, fence: None })
     }
 
     /// Starts the command and returns its event stream. The receiver is unbounded on purpose: what can be
     /// queued is bounded by the output caps (at most `max_output_bytes` per stream), and a slow client
     /// must never delay the timeout or a kill.
-    pub async fn start(&self, sandbox: Arc<Sandbox>, spec: ExecSpec) -> Result<mpsc::UnboundedReceiver<ExecEvent>> {
+    ///
+    /// `still_current` is asked once the command is registered and before its process exists: a
+    /// refusal there (its run attempt was fenced meanwhile) ends the call with that error. A fencing
+    /// after that point finds the registered command and kills it.
+    pub async fn start(
+        &self,
+        sandbox: Arc<Sandbox>,
+        spec: ExecSpec,
+        still_current: impl FnOnce() -> Result<()>,
+    ) -> Result<mpsc::UnboundedReceiver<ExecEvent>> {
         sandbox.require_active()?;
         if let Some(why) = self.provider.exec_refusal() {
             return Err(SandboxError::FailedPrecondition(why));
@@ -133,7 +144,8 @@ impl Runner {
         if let Some(why) = self.provider.command_refusal(&spec.command, cwd_in_skills) {
             return Err(SandboxError::denied(crate::paths::SKILLS, why));
         }
-        let slot = sandbox.start_command(self.config.max_concurrent)?;
+        let slot = sandbox.start_command(self.config.max_concurrent, spec.fence.clone())?;
+        still_current()?;
         let cwd_display = spec.cwd.display();
         let workspace = sandbox.workspace.clone();
         let cwd = spec.cwd.clone();

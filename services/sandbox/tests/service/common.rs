@@ -219,6 +219,32 @@ pub fn bwrap_refused_by_kernel() -> Option<String> {
     }
 }
 
+/// The variable that lets bwrap tests be skipped where the kernel refuses user namespaces. CI
+/// (`.ci/run`, `scripts/test`) never sets it, so there a refused namespace fails the tests.
+pub const ALLOW_BWRAP_SKIP: &str = "ANTLER_ALLOW_BWRAP_SKIP";
+
+/// Whether the bwrap test `name` can run. Where the kernel refuses bwrap's namespaces the test fails
+/// (panics with the reason), unless `ANTLER_ALLOW_BWRAP_SKIP=1`: then it is reported as skipped
+/// (a `SKIPPED` line, and a line appended to the file `ANTLER_BWRAP_SKIP_REPORT` names, if set, so a
+/// harness can count them) and returns false.
+pub fn bwrap_usable(name: &str) -> bool {
+    let Some(reason) = bwrap_refused_by_kernel() else { return true };
+    if std::env::var(ALLOW_BWRAP_SKIP).as_deref() != Ok("1") {
+        panic!(
+            "{name}: bwrap is installed but cannot create its namespaces here: {reason}\n\
+             hint: run on a host that allows unprivileged user namespaces; to skip the bwrap tests knowingly set {ALLOW_BWRAP_SKIP}=1 (CI never does)"
+        );
+    }
+    println!("SKIPPED {name}: {reason} ({ALLOW_BWRAP_SKIP}=1)");
+    if let Ok(report) = std::env::var("ANTLER_BWRAP_SKIP_REPORT") {
+        use std::io::Write;
+        if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(report) {
+            let _ = writeln!(file, "{name}");
+        }
+    }
+    false
+}
+
 /// Runs `body` with the test timeout.
 pub async fn bounded<F: std::future::Future<Output = anyhow::Result<()>>>(body: F) -> anyhow::Result<()> {
     tokio::time::timeout(TEST_TIMEOUT, body).await.map_err(|_| anyhow::anyhow!("the test did not finish within {TEST_TIMEOUT:?}"))?

@@ -132,8 +132,7 @@ async fn commands_behave_as_documented_with_the_local_provider() -> anyhow::Resu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_behave_as_documented_with_the_bwrap_provider() -> anyhow::Result<()> {
-    if let Some(reason) = common::bwrap_refused_by_kernel() {
-        println!("SKIPPED commands_behave_as_documented_with_the_bwrap_provider: {reason}");
+    if !common::bwrap_usable("commands_behave_as_documented_with_the_bwrap_provider") {
         return Ok(());
     }
     bounded(behaviours("provider: bwrap")).await

@@ -409,8 +409,7 @@ async fn hostile_paths_are_refused_with_the_local_provider() -> anyhow::Result<(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_paths_are_refused_with_the_bwrap_provider() -> anyhow::Result<()> {
-    if let Some(reason) = common::bwrap_refused_by_kernel() {
-        println!("SKIPPED hostile_paths_are_refused_with_the_bwrap_provider: {reason}");
+    if !common::bwrap_usable("hostile_paths_are_refused_with_the_bwrap_provider") {
         return Ok(());
     }
     bounded(run_corpus("provider: bwrap")).await

@@ -5,6 +5,7 @@ mod bwrap;
 mod common;
 mod concurrency;
 mod exec;
+mod fencing;
 mod files;
 mod hostile_paths;
 mod lifecycle;

@@ -124,6 +124,11 @@ impl ClientTls {
         Ok(Self { config, server_name })
     }
 
+    /// The rustls configuration in force now (for a client that cannot follow reloads).
+    pub fn current_config(&self) -> Arc<rustls::ClientConfig> {
+        self.config.borrow().clone()
+    }
+
     /// The tonic connector (TCP, then the TLS handshake with the current configuration).
     pub fn connector(&self) -> Connector {
         Connector { tls: self.clone() }

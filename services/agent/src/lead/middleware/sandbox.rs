@@ -4,7 +4,9 @@
 //! so the delivery receipt can tell what the run produced from what was already there; the listing
 //! travels in checkpoints, so a resumed attempt compares against the same one. After the run, on
 //! every ending but a fenced one, the loop releases the sandbox (`RunEnv::release_sandbox`); the
-//! worker's final SnapshotOutputs reads a released sandbox just as well.
+//! worker's final SnapshotOutputs reads a released sandbox just as well. An attempt that took the run
+//! over announces itself first (`RunEnv::announce_attempt`), so the sandbox service fences the earlier
+//! attempt's commands at once.
 
 use futures::future::BoxFuture;
 
@@ -22,6 +24,10 @@ impl Middleware for SandboxMiddleware {
 
     fn before_agent<'a>(&'a self, env: &'a RunEnv, state: &'a mut ThreadState) -> BoxFuture<'a, Result<(), LoopError>> {
         Box::pin(async move {
+            // A takeover: the earlier attempt's commands die now, not when it next calls.
+            if env.ctx.spec.attempt > 1 {
+                env.announce_attempt().await;
+            }
             // Only at the start of a run: an attempt resuming mid-run without a listing must not take
             // one now, or the files the earlier attempt made would look like they were already there.
             if state.outputs_before.is_none() && state.step == 0 {

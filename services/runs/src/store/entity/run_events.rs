@@ -14,6 +14,9 @@ pub struct Model {
     /// RunEvent, protobuf-encoded.
     pub payload: Vec<u8>,
     pub created_at: i64,
+    /// The subagent task the event belongs to (see `crate::stream::task_of`); None for the lead
+    /// agent's own events.
+    pub task_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -49,6 +49,19 @@ pub struct Model {
     pub parent_run_id: Option<String>,
     /// For a subagent run: that `task` tool call's id.
     pub parent_task_id: Option<String>,
+    /// The totals of `usage` as columns, for GetTokenUsage's SUM (see `crate::usage`).
+    pub usage_input_tokens: i64,
+    pub usage_output_tokens: i64,
+    pub usage_total_tokens: i64,
+    pub usage_cache_read_tokens: i64,
+    pub usage_reasoning_tokens: i64,
+    pub usage_llm_calls: i64,
+    pub usage_lead_agent_tokens: i64,
+    pub usage_subagent_tokens: i64,
+    pub usage_middleware_tokens: i64,
+    /// `usage.by_model` as a JSON object: model → {input_tokens, output_tokens, total_tokens,
+    /// cache_read_tokens, reasoning_tokens, llm_calls}.
+    pub usage_by_model: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
