@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use antler_integration_tests::db::{Backend, TestDb};
-use antler_integration_tests::llm_double::{AfterLast, LlmDouble, Turn, call};
+use antler_integration_tests::llm_double::{AfterLast, LlmDouble, Turn, call, route};
 use antler_integration_tests::runs::*;
-use antler_proto::runs::RunStatus;
+use antler_proto::runs::{RunConfig, RunStatus};
 use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 
@@ -136,5 +136,62 @@ async fn a_skill_without_a_policy_restricts_nothing_and_skills_can_be_switched_o
     let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
     ensure!(run.status() == RunStatus::Success, "{:?}", run.error);
     ensure!(!system_prompt(&double.requests()[0]).contains("<available_skills>"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_type_with_a_skill_list_sees_and_activates_only_those() -> Result<()> {
+    let skills = tempfile::tempdir()?;
+    let public = skills.path().join("public");
+    write_skill(&public, "shell-only", "Work with the shell only.", "allowed-tools: [bash]\n")?;
+    write_skill(&public, "free-form", "No tool policy.", "")?;
+    let task = |id: &str, subagent_type: &str, prompt: &str| {
+        call(id, "task", json!({"description": format!("work {id}"), "prompt": prompt, "subagent_type": subagent_type}))
+    };
+    let read_shell_only = || {
+        Turn::tools(
+            "Reading the skill.",
+            vec![call("r", "read_file", json!({"description": "r", "path": "/mnt/skills/public/shell-only/SKILL.md"}))],
+        )
+    };
+    let double = LlmDouble::start_routed(
+        vec![
+            route(
+                "LEAD skills",
+                vec![
+                    Turn::tools("", vec![task("t-picky", "picky", "CHILD-PICKY go"), task("t-any", "general-purpose", "CHILD-ANY go")]),
+                    Turn::text("ok"),
+                ],
+            ),
+            route("CHILD-PICKY", vec![read_shell_only(), Turn::text("picky done")]),
+            route("CHILD-ANY", vec![read_shell_only(), Turn::text("any done")]),
+        ],
+        AfterLast::Refuse,
+    )
+    .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let sandbox = format!("  skills:\n    public_dir: {}\n", public.display());
+    let agents = "  lead:\n    subagents:\n      custom_agents:\n        picky:\n          description: Knows one skill\n          skills: [free-form]\n";
+    let up = start_agent_up(&db, &format!("{sandbox}{}", double.models_yaml()), agents, None)?;
+    let (mut runs, _) = clients(&up).await?;
+    let mut request = prompt_request("", "LEAD skills");
+    request.config = Some(RunConfig { subagents_enabled: true, ..RunConfig::default() });
+    let run = runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default();
+    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    ensure!(run.status() == RunStatus::Success, "{:?}\n{}", run.error, up.stderr());
+
+    // The listed skill only, in the picky type's prompt; every enabled one in the general-purpose one's.
+    let picky = double.requests_of("CHILD-PICKY");
+    ensure!(picky.len() == 2, "{} requests\n{}", picky.len(), up.stderr());
+    let prompt = system_prompt(&picky[0]);
+    ensure!(prompt.contains("<name>free-form</name>") && !prompt.contains("shell-only"), "{prompt}");
+    let any = double.requests_of("CHILD-ANY");
+    ensure!(any.len() == 2, "{} requests", any.len());
+    let prompt = system_prompt(&any[0]);
+    ensure!(prompt.contains("<name>free-form</name>") && prompt.contains("<name>shell-only</name>"), "{prompt}");
+    // Reading a skill the type may not use does not activate it: the tools stay as they were; the
+    // general-purpose child that read the same file is restricted to the skill's tools.
+    ensure!(offered(&picky[1]) == offered(&picky[0]) && offered(&picky[1]).len() > 2, "{:?}", offered(&picky[1]));
+    ensure!(offered(&any[1]) == ["bash", "read_file"], "{:?}", offered(&any[1]));
     Ok(())
 }

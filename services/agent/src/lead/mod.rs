@@ -182,6 +182,10 @@ impl Agent for LeadAgent {
         Box::pin(async move {
             if self.skills_enabled {
                 self.skills = skills::discover(&ctx).await;
+                // A subagent type with a `skills` list sees (and can activate) only those.
+                if let Some(def) = &self.subagent {
+                    self.skills.retain(|skill| def.allows_skill(&skill.name));
+                }
                 self.system_prompt.push_str(&skills::prompt_section(&self.skills));
             }
             if self.mcp_enabled {

@@ -66,8 +66,9 @@ pub struct SubagentDef {
     pub tools: Option<Vec<String>>,
     /// Tools taken away even when `tools` lists them.
     pub disallowed_tools: Vec<String>,
-    /// Skills it may activate, by name (absent: all enabled ones, empty: none). Recorded for when
-    /// skills reach the agent; not enforced yet.
+    /// Skills it may see and activate, by name (absent: all the user's enabled ones, empty: none).
+    /// Only the listed ones appear in its `<available_skills>`; reading another skill's SKILL.md
+    /// does not activate it.
     pub skills: Option<Vec<String>>,
     /// A model name from the models service, or `inherit` (the lead run's model).
     pub model: String,
@@ -195,6 +196,11 @@ impl SubagentDef {
         self.tools.as_ref().is_none_or(|tools| tools.iter().any(|t| t == name))
     }
 
+    /// Whether a subagent of this type may see and activate the skill `name`.
+    pub fn allows_skill(&self, name: &str) -> bool {
+        self.skills.as_ref().is_none_or(|skills| skills.iter().any(|s| s == name))
+    }
+
     /// The model name a child run of this type asks for: its own, or the lead run's (`inherit`).
     pub fn model_for(&self, lead_model: &str) -> String {
         if self.model == "inherit" { lead_model.to_owned() } else { self.model.clone() }
@@ -226,6 +232,10 @@ mod tests {
         assert_eq!(registry["bash"].max_turns, 5);
         assert_eq!(registry["researcher"].model_for("lead-model"), "small");
         assert_eq!(registry["general-purpose"].model_for("lead-model"), "lead-model");
+        assert!(registry["general-purpose"].allows_skill("anything"), "no list: every enabled skill");
+        let picky = SubagentDef { skills: Some(vec!["pdf".to_owned()]), ..SubagentDef::default() };
+        assert!(picky.allows_skill("pdf") && !picky.allows_skill("xlsx"));
+        assert!(!SubagentDef { skills: Some(Vec::new()), ..SubagentDef::default() }.allows_skill("pdf"), "empty: none");
         assert!(config.validate().is_ok());
     }
 
