@@ -59,6 +59,9 @@ pub struct SubagentCall {
     pub timeout: std::time::Duration,
     /// The child's token budget (0 = none).
     pub token_budget: u64,
+    /// The call's arguments as JSON, for the journal intent the host writes with the child's
+    /// admission (see [`Host::subagent`]).
+    pub arguments: String,
 }
 
 /// What the host reports about a child run, in this order: `Started` (again after each takeover),
@@ -132,11 +135,14 @@ pub trait Host: Send + Sync {
     fn record_result<'a>(&'a self, tool_call_id: &'a str, result: &'a str, is_error: bool) -> BoxFuture<'a, Result<(), Fenced>>;
 
     /// Runs `call` as a child run of this run (or finds the one an earlier attempt started) and
-    /// reports on it through the returned channel. Nothing the caller holds is held while it waits:
-    /// the child executes in a task of its own. Hosts without child runs answer with one `Ended`
-    /// (failed) update.
+    /// reports on it through the returned channel. The journal intent of the `task` call (tool name
+    /// `task`, `call.arguments`) is the host's to write, durable no later than the child's admission
+    /// (the runs host writes both in one transaction, which saves a commit before the child starts).
+    /// Nothing the caller holds is held while it waits: the child executes in a task of its own.
+    /// Hosts without child runs record the intent and answer with one `Ended` (failed) update.
     fn subagent(&self, call: SubagentCall) -> BoxFuture<'_, Result<tokio::sync::mpsc::Receiver<SubagentUpdate>, Fenced>> {
         Box::pin(async move {
+            self.record_intent(&call.task_id, "task", &call.arguments).await?;
             let (tx, rx) = tokio::sync::mpsc::channel(1);
             let end = SubagentEnd {
                 status: antler_proto::runs::SubagentStatus::Failed,

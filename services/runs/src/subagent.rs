@@ -38,7 +38,7 @@ use crate::lifecycle::cancel::{self, CancelCause};
 use crate::lifecycle::{
     ERROR, Ending, FINALIZING, INTERRUPTED, PENDING, RUNNING, SUCCESS, TIMEOUT, end_by_service, is_terminal, lease, start,
 };
-use crate::store::entity::{checkpoints, run_inputs, runs, threads};
+use crate::store::entity::{checkpoints, run_inputs, runs, threads, tool_effects};
 use crate::store::now_ms;
 use crate::stream::{Subscription, insert_rows};
 
@@ -52,6 +52,8 @@ pub struct Parent {
     pub run_id: String,
     pub thread_id: String,
     pub user_id: String,
+    /// The parent's attempt: its journal entry for the `task` call records it.
+    pub attempt: u32,
     /// The parent's request secret names (the child gets the names; values stay in the vault).
     pub secret_names: Vec<String>,
     /// The parent's `config.context`, passed on to the child.
@@ -75,7 +77,12 @@ pub fn spawn(engine: Arc<Engine>, parent: Parent, call: SubagentCall) -> (mpsc::
 async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc::Sender<SubagentUpdate>) {
     let started = std::time::Instant::now();
     let (child, found) = match admit(&engine, &parent, &call).await {
-        Ok(admitted) => admitted,
+        Ok(Some(admitted)) => admitted,
+        // The parent's attempt lost its run: closing the channel stops its `task` call.
+        Ok(None) => {
+            tracing::info!("subagent run not admitted: the parent run is no longer this worker's");
+            return;
+        }
         Err(error) => {
             tracing::warn!(%error, "subagent run not admitted");
             let end = SubagentEnd {
@@ -171,8 +178,11 @@ async fn pause(parent: &Parent, period: Duration) {
     }
 }
 
-/// The child run of `call`: the one an earlier attempt of the parent admitted (true), or a new one.
-async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<(runs::Model, bool), RunsError> {
+/// The child run of `call`: the one an earlier attempt of the parent admitted (true), or a new one,
+/// admitted in one transaction with the `task` call's journal intent (the intent is never durable
+/// without its child, nor the child without it). None when the parent is no longer RUNNING under
+/// this worker (checked in that transaction, as every journal write is).
+async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<Option<(runs::Model, bool)>, RunsError> {
     let find = || async {
         runs::Entity::find()
             .filter(runs::Column::ParentRunId.eq(parent.run_id.as_str()))
@@ -181,7 +191,7 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
             .await
     };
     if let Some(existing) = find().await? {
-        return Ok((existing, true));
+        return Ok(Some((existing, true)));
     }
     let now = now_ms();
     let run_id = uuid::Uuid::now_v7().to_string();
@@ -233,10 +243,35 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
         antler_proto::runs::MultitaskStrategy::Reject,
         now,
     );
+    let intent = tool_effects::Model {
+        run_id: parent.run_id.clone(),
+        tool_call_id: call.task_id.clone(),
+        tool_name: "task".to_owned(),
+        arguments: antler_kit::redact::redact(&call.arguments).into_owned(),
+        attempt: parent.attempt as i32,
+        intent_at: now,
+        result: None,
+        is_error: false,
+        result_at: None,
+    };
     let written = engine
         .store
         .retry_busy(|| async {
             let tx = engine.store.tx().await?;
+            let owned = runs::Entity::find_by_id(parent.run_id.clone())
+                .filter(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
+                .filter(runs::Column::Status.eq(RUNNING))
+                .one(&*tx)
+                .await?
+                .is_some();
+            if !owned {
+                return Ok(false);
+            }
+            // An intent an earlier attempt of the parent wrote stays as it was.
+            tool_effects::Entity::insert(tool_effects::ActiveModel::from(intent.clone()))
+                .on_conflict_do_nothing_on([tool_effects::Column::RunId, tool_effects::Column::ToolCallId])
+                .exec_without_returning(&*tx)
+                .await?;
             threads::Entity::insert(threads::ActiveModel::from(thread.clone())).exec_without_returning(&*tx).await?;
             runs::Entity::insert(runs::ActiveModel::from(planned.run.clone())).exec_without_returning(&*tx).await?;
             if let Some(input) = &planned.input {
@@ -244,19 +279,20 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
             }
             insert_rows(&*tx, std::slice::from_ref(&planned.first), now).await?;
             tx.commit().await?;
-            Ok::<_, RunsError>(())
+            Ok::<_, RunsError>(true)
         })
         .await;
     match written {
-        Ok(()) => {
+        Ok(false) => Ok(None),
+        Ok(true) => {
             engine.secrets.share(&parent.run_id, &run_id);
             engine.hub.publish(std::slice::from_ref(&planned.first));
             metrics::counter!("antler_runs_admitted_total", "strategy" => "SUBAGENT").increment(1);
-            Ok((planned.run, false))
+            Ok(Some((planned.run, false)))
         }
         // Admitted meanwhile by another attempt of the parent: that one is the child.
         Err(RunsError::Store(e)) if e.is_unique_violation() => match find().await? {
-            Some(existing) => Ok((existing, true)),
+            Some(existing) => Ok(Some((existing, true))),
             None => Err(RunsError::Store(e)),
         },
         Err(error) => Err(error),

@@ -99,6 +99,7 @@ impl Host for RunHost {
                 run_id: self.spec.run_id.clone(),
                 thread_id: self.spec.thread_id.clone(),
                 user_id: self.spec.user_id.clone(),
+                attempt: self.spec.attempt,
                 secret_names: self.inherit.secret_names.clone(),
                 context: self.inherit.context.clone(),
                 local: self.local.clone(),

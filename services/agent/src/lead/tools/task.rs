@@ -142,8 +142,8 @@ impl Tool for Task {
                 tracing::info!(run_id = %ctx.spec.run_id, task_id = %call.id, "subagent result reused from the journal");
                 return Ok(ToolOutput { text: result, is_error, outcome_unknown: false });
             }
+            // The journal intent is written by the host together with the child's admission.
             let arguments = serde_json::Value::Object(args.0.clone()).to_string();
-            ctx.record_intent(&call.id, "task", &arguments).await.map_err(stopping)?;
             let lead_model = ctx.spec.request.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
             let request = SubagentCall {
                 task_id: call.id.clone(),
@@ -154,6 +154,7 @@ impl Tool for Task {
                 max_turns: def.max_turns,
                 timeout: std::time::Duration::from_secs(def.timeout_seconds),
                 token_budget: def.token_budget,
+                arguments,
             };
             let mut updates = ctx.subagent(request).await.map_err(stopping)?;
             let cancel = ctx.cancelled();
