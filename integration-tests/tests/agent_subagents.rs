@@ -249,7 +249,22 @@ async fn killed_during_subagent(backend: Backend) -> anyhow::Result<()> {
     );
     let usage = run.usage.clone().unwrap_or_default();
     assert_eq!(usage.subagent_tokens, kids[0].usage.clone().unwrap_or_default().total_tokens, "{usage:?}");
+    // The task call's journal entry: its intent written by the first attempt (with the child's
+    // admission), its result by the second (with the END event).
+    let (attempt, result) = task_journal(&db, &run.run_id, "t-1").await?;
+    assert_eq!(attempt, 1, "{backend:?}");
+    assert!(result.is_some_and(|r| r.contains("Task Succeeded. Result: I checked")), "{backend:?}");
     Ok(())
+}
+
+/// The side-effect journal's row of a `task` call, read from the store: (attempt of the intent, result).
+async fn task_journal(db: &TestDb, run_id: &str, task_id: &str) -> anyhow::Result<(i32, Option<String>)> {
+    use sea_orm::ConnectionTrait;
+    let conn = db.connect().await?;
+    let sql = format!("SELECT attempt, result FROM tool_effects WHERE run_id = '{run_id}' AND tool_call_id = '{task_id}'");
+    let row = conn.query_one_raw(sea_orm::Statement::from_string(conn.get_database_backend(), sql)).await?;
+    let row = row.ok_or_else(|| anyhow::anyhow!("no journal entry for task {task_id}"))?;
+    Ok((row.try_get("", "attempt")?, row.try_get("", "result")?))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
