@@ -1,9 +1,13 @@
 //! Two `antler-runs` replicas on one PostgreSQL database: the invariants hold across processes.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use antler_integration_tests::db::{Backend, TestDb};
 use antler_integration_tests::runs::*;
+use antler_integration_tests::{Launch, start};
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use antler_proto::runs::*;
 use serde_json::json;
 use tokio_stream::StreamExt;
@@ -97,5 +101,85 @@ async fn two_replicas_admit_one_run_per_key_and_one_active_run_per_thread() -> a
         }
     }
     assert!(matches!(last, Some(run_event::Kind::End(ref end)) if end.status() == RunStatus::Interrupted), "{last:?}");
+    Ok(())
+}
+
+/// Sessions of the test's database that sit inside a transaction waiting for their client.
+async fn idle_in_transaction(admin: &DatabaseConnection) -> anyhow::Result<i64> {
+    let row = admin
+        .query_one_raw(Statement::from_string(
+            admin.get_database_backend(),
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'",
+        ))
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("count(*) returned no row"))?;
+    Ok(row.try_get_by_index(0)?)
+}
+
+/// A replica frozen inside a transaction (SIGSTOP while its admission transaction is open) holds that
+/// transaction's row locks no longer than `postgres_idle_in_transaction_timeout_ms`: PostgreSQL ends the
+/// session, another replica works on, and the frozen one, resumed, replaces the lost connection. Before
+/// the setting, the session (and the locks of every run it had written) stayed as long as the freeze.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_frozen_inside_a_transaction_holds_its_locks_no_longer_than_the_timeout() -> anyhow::Result<()> {
+    let db = TestDb::new(Backend::Postgres).await?;
+    let yaml = config(&db, "").replacen("  database:\n", "  database:\n    postgres_idle_in_transaction_timeout_ms: 1000\n", 1);
+    let a = start("antler-runs", Launch::default().config(yaml.clone()))?;
+    let (runs_a, _) = clients(&a).await?;
+    let admin = db.connect().await?;
+
+    // A flood of admissions keeps a's admission transaction open most of the time.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut flood = Vec::new();
+    for _ in 0..8 {
+        let (mut runs, stop) = (runs_a.clone(), stop.clone());
+        flood.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = runs.create_run(authed(run_request("", json!([{"say": "flood"}])), ALICE)).await;
+            }
+        }));
+    }
+    let mut frozen = false;
+    for attempt in 0..200u64 {
+        tokio::time::sleep(Duration::from_millis(20 + attempt % 7)).await;
+        a.signal(libc::SIGSTOP)?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if idle_in_transaction(&admin).await? > 0 {
+            frozen = true;
+            break;
+        }
+        a.signal(libc::SIGCONT)?;
+    }
+    stop.store(true, Ordering::Relaxed);
+    anyhow::ensure!(frozen, "never caught the replica inside a transaction in 200 tries\n{}", a.stderr());
+
+    let frozen_at = Instant::now();
+    while idle_in_transaction(&admin).await? > 0 {
+        anyhow::ensure!(frozen_at.elapsed() < Duration::from_secs(5), "the frozen replica's transaction outlived the 1 s timeout by 4 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Another replica works while the first is still frozen.
+    let b = start("antler-runs", Launch::default().config(yaml))?;
+    let (mut runs_b, _) = clients(&b).await?;
+    let done = run_to_end(&mut runs_b, run_request("", json!([{"say": "on b"}])), T).await?;
+    assert_eq!(done.status(), RunStatus::Success, "{:?}\n{}", done.error, b.stderr());
+
+    // Resumed, the first replica replaces the connection PostgreSQL closed and works on.
+    a.signal(libc::SIGCONT)?;
+    let (mut runs_a, _) = clients(&a).await?;
+    let deadline = Instant::now() + T;
+    let done = loop {
+        match run_to_end(&mut runs_a, run_request("", json!([{"say": "on a"}])), T).await {
+            Ok(done) => break done,
+            // The first request after the resume may meet the closed connection: UNAVAILABLE, retryable.
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(error) => return Err(error.context(a.stderr())),
+        }
+    };
+    assert_eq!(done.status(), RunStatus::Success, "{:?}\n{}", done.error, a.stderr());
+    for task in flood {
+        task.abort();
+    }
     Ok(())
 }

@@ -13,18 +13,24 @@ use antler_proto::runs::*;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
-/// Unique enough to find with pgrep: the paused attempt's command.
-const MARK: &str = "sleep 6123";
 
-/// Pids of processes whose command line is exactly `MARK`, and not zombies.
+/// The paused attempt's command, unique to this test process: with a fixed one, two suites running
+/// at once on one machine found each other's command, and this test paused its worker before the run
+/// had even started.
+fn mark() -> String {
+    format!("sleep 6123.{}", std::process::id())
+}
+
+/// Pids of processes whose command line is exactly [`mark`], and not zombies.
 fn marked() -> Vec<u32> {
+    let mark = mark();
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
         let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
-        if String::from_utf8_lossy(&cmdline).replace('\0', " ").trim() == MARK && !zombie {
+        if String::from_utf8_lossy(&cmdline).replace('\0', " ").trim() == mark && !zombie {
             pids.push(pid);
         }
     }
@@ -46,7 +52,7 @@ async fn a_paused_worker_s_command_dies_when_its_run_is_taken_over() -> anyhow::
     let (mut runs, _) = clients(&first).await?;
     // Attempt 1 starts a command that would run for 6123 s; attempt 2 (after the checkpoint, finding
     // the marker file) only says so.
-    let command = format!("if [ -e marker ]; then echo second; else touch marker; exec {MARK}; fi");
+    let command = format!("if [ -e marker ]; then echo second; else touch marker; exec {}; fi", mark());
     let steps = json!([{"checkpoint": true}, {"exec": command}, {"say": "done"}]);
     let run = runs.create_run(authed(run_request("", steps), ALICE)).await?.into_inner().run.unwrap_or_default();
     let deadline = Instant::now() + T;

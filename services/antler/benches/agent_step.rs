@@ -7,7 +7,9 @@
 //! consecutive checkpoint (VALUES) events of a StreamRun; its overhead is that minus the model time
 //! (the models service's own request duration, `antler_model_request_duration_seconds`) or minus the
 //! tool time (ToolFinished.duration). The gRPC hops to the models and sandbox services, event and
-//! checkpoint writes and the middlewares all count as overhead.
+//! checkpoint writes and the middlewares all count as overhead. The client is a separate process (this
+//! binary run again, see `common/client_process.rs`): run by run, the server side pairs the steps it
+//! reports with the model times recorded here.
 //!
 //! Run: `cargo bench -p antler --bench agent_step`. Environment: `BENCH_RUNS` (sequential runs, default
 //! 200), `BENCH_CONCURRENT` (runs at once in the second part, default 100), `BENCH_DATABASE_URL` (a
@@ -25,10 +27,14 @@ use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::{CreateRunRequest, RunConfig, RunStatus, StreamRunRequest};
 use anyhow::{Context, anyhow, bail};
+use serde_json::json;
 use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
+
+#[path = "common/client_process.rs"]
+mod client_process;
 
 /// Model turns per run (the last one answers).
 const TURNS: usize = 10;
@@ -147,6 +153,27 @@ struct Observed {
     wall: Duration,
 }
 
+impl Observed {
+    /// One line of the client's answer: milliseconds.
+    fn to_line(&self) -> String {
+        let steps: Vec<_> =
+            self.steps.iter().map(|(wall, tool)| json!([wall.as_secs_f64() * 1e3, tool.map(|t| t.as_secs_f64() * 1e3)])).collect();
+        json!({"steps": steps, "wall_ms": self.wall.as_secs_f64() * 1e3}).to_string()
+    }
+
+    fn from_line(line: &str) -> anyhow::Result<Self> {
+        let value: serde_json::Value = serde_json::from_str(line).with_context(|| format!("client line {line:?}"))?;
+        let ms = |v: &serde_json::Value| v.as_f64().map(|ms| Duration::from_secs_f64(ms / 1e3));
+        let steps = value["steps"]
+            .as_array()
+            .ok_or_else(|| anyhow!("no steps in {line:?}"))?
+            .iter()
+            .map(|step| Ok((ms(&step[0]).ok_or_else(|| anyhow!("bad step in {line:?}"))?, ms(&step[1]))))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Self { steps, wall: ms(&value["wall_ms"]).ok_or_else(|| anyhow!("no wall_ms in {line:?}"))? })
+    }
+}
+
 async fn one_run(mut client: RunServiceClient<Channel>) -> anyhow::Result<Observed> {
     let create = CreateRunRequest {
         input: vec![Message {
@@ -214,18 +241,20 @@ async fn database() -> anyhow::Result<(String, Option<(String, String)>)> {
 }
 
 fn main() -> anyhow::Result<()> {
+    if let Some(addr) = client_process::client_addr() {
+        return client_main(&addr);
+    }
     let times = ModelTimes::default();
     metrics::set_global_recorder(times.clone()).map_err(|e| anyhow!("metrics recorder: {e}"))?;
-    // The services on one runtime (2 workers, as `antler up` on this machine), the client on its own, so
-    // reading the stream never competes with the services' tasks for a worker of the same runtime.
+    // The services on one runtime (2 workers, as `antler up` on this machine); the client in its own
+    // process; this thread only pairs what the client saw with the model times.
     let services = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("bench-server").enable_all().build()?;
-    let client = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("bench-client").enable_all().build()?;
-    let (url, drop_after) = client.block_on(database())?;
+    let (url, drop_after) = services.block_on(database())?;
     let server = services.block_on(Server::start(&url))?;
-    let result = client.block_on(bench(times, &url, server.addr));
+    let result = bench(times, &url, server.addr);
     services.block_on(server.stop())?;
     if let Some((admin, name)) = drop_after {
-        client.block_on(async {
+        services.block_on(async {
             let db = sea_orm::Database::connect(&admin).await?;
             sea_orm::ConnectionTrait::execute_unprepared(&db, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
             anyhow::Ok(())
@@ -234,20 +263,52 @@ fn main() -> anyhow::Result<()> {
     result
 }
 
-async fn bench(times: ModelTimes, url: &str, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+/// The client process: `run` (one run, one line) and `concurrent N` (N runs at once, a line each).
+fn client_main(addr: &str) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let channel = runtime.block_on(tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect())?;
+    let client = RunServiceClient::new(channel);
+    client_process::serve(|request| {
+        runtime.block_on(async {
+            match request.split_once(' ') {
+                None if request == "run" => Ok(vec![one_run(client.clone()).await?.to_line()]),
+                Some(("concurrent", n)) => {
+                    let mut tasks = tokio::task::JoinSet::new();
+                    for _ in 0..n.parse::<usize>()? {
+                        tasks.spawn(one_run(client.clone()));
+                    }
+                    let mut lines = Vec::new();
+                    while let Some(done) = tasks.join_next().await {
+                        lines.push(done??.to_line());
+                    }
+                    Ok(lines)
+                }
+                _ => bail!("unknown request {request:?}"),
+            }
+        })
+    })
+}
+
+fn one_line(lines: Vec<String>) -> anyhow::Result<Observed> {
+    match &lines[..] {
+        [line] => Observed::from_line(line),
+        _ => bail!("expected one line from the client, got {}", lines.len()),
+    }
+}
+
+fn bench(times: ModelTimes, url: &str, addr: std::net::SocketAddr) -> anyhow::Result<()> {
     let sequential = env_usize("BENCH_RUNS", 200)?;
     let concurrent = env_usize("BENCH_CONCURRENT", 100)?;
     let backend = if url.is_empty() { "SQLite" } else { "PostgreSQL" };
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await?;
-    let client = RunServiceClient::new(channel);
+    let mut client = client_process::ClientProcess::spawn(addr)?;
     println!(
-        "lead agent per-step overhead: {backend}, in-process runs + models (replay, zero latency) + sandbox on 2 tokio workers, the client on its own runtime"
+        "lead agent per-step overhead: {backend}, in-process runs + models (replay, zero latency) + sandbox on 2 tokio workers, the client in a separate process"
     );
     println!("each run: {TURNS} model turns, {} write_todos rounds = {} steps", TURNS - 1, 2 * TURNS - 1);
 
     // Warm-up: connections, prepared statements, the replay script.
     for _ in 0..3 {
-        one_run(client.clone()).await?;
+        one_line(client.request("run")?)?;
     }
     times.clear();
 
@@ -257,7 +318,7 @@ async fn bench(times: ModelTimes, url: &str, addr: std::net::SocketAddr) -> anyh
     let (mut model_steps, mut tool_steps) = (Vec::new(), Vec::new());
     let started = Instant::now();
     for _ in 0..sequential {
-        let observed = one_run(client.clone()).await?;
+        let observed = one_line(client.request("run")?)?;
         // The first model call precedes the first checkpoint: its sample has no step.
         times.take();
         for (index, (step, tool)) in observed.steps.into_iter().enumerate() {
@@ -303,18 +364,16 @@ async fn bench(times: ModelTimes, url: &str, addr: std::net::SocketAddr) -> anyh
 
     // Concurrent runs: throughput and per-step wall time under load.
     let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..concurrent {
-        tasks.spawn(one_run(client.clone()));
-    }
+    let answers = client.request(&format!("concurrent {concurrent}"))?;
+    let elapsed = started.elapsed();
+    client.finish()?;
     let mut steps = Vec::new();
     let mut run_walls = Vec::new();
-    while let Some(done) = tasks.join_next().await {
-        let observed = done??;
+    for line in answers {
+        let observed = Observed::from_line(&line)?;
         run_walls.push(observed.wall.as_secs_f64());
         steps.extend(observed.steps.into_iter().map(|(d, _)| d.as_secs_f64() * 1e3));
     }
-    let elapsed = started.elapsed();
     steps.sort_by(f64::total_cmp);
     run_walls.sort_by(f64::total_cmp);
     println!(

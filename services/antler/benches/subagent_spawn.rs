@@ -1,7 +1,8 @@
 //! Subagent spawn latency: how long after a lead agent's `task` call starts its child run is under
 //! way, as a client of the parent's stream sees it. Everything `antler up` runs (runs, models,
 //! sandbox) is in this process on 2 tokio workers with SQLite by default; zero-latency models (the
-//! `replay` provider) for the lead agent and the subagent; the client on its own runtime.
+//! `replay` provider) for the lead agent and the subagent; the client in a separate process (this
+//! binary run again, see `common/client_process.rs`).
 //!
 //! Each run: the lead calls `write_todos` (the baseline: a no-op tool, TOOL_STARTED → TOOL_FINISHED),
 //! then `task` (a custom subagent type `quick` on its own replay model, which answers at once), then
@@ -25,10 +26,14 @@ use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::{CreateRunRequest, RunConfig, RunStatus, StreamRunRequest, SubagentPhase};
 use anyhow::{Context, anyhow, bail};
+use serde_json::json;
 use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
+
+#[path = "common/client_process.rs"]
+mod client_process;
 
 /// The goal for the p99 of spawn → first child event.
 const GOAL_P99_MS: f64 = 5.0;
@@ -104,6 +109,18 @@ struct Observed {
     end: f64,
 }
 
+impl Observed {
+    fn to_line(&self) -> String {
+        json!([self.baseline, self.start, self.first_step, self.end]).to_string()
+    }
+
+    fn from_line(line: &str) -> anyhow::Result<Self> {
+        let [baseline, start, first_step, end]: [f64; 4] =
+            serde_json::from_str(line).with_context(|| format!("client line {line:?}"))?;
+        Ok(Self { baseline, start, first_step, end })
+    }
+}
+
 async fn one_run(mut client: RunServiceClient<Channel>) -> anyhow::Result<Observed> {
     let create = CreateRunRequest {
         input: vec![Message {
@@ -174,16 +191,18 @@ async fn database() -> anyhow::Result<(String, Option<(String, String)>)> {
 }
 
 fn main() -> anyhow::Result<()> {
+    if let Some(addr) = client_process::client_addr() {
+        return client_main(&addr);
+    }
     let runs: usize =
         std::env::var("BENCH_RUNS").ok().map(|v| v.parse().context("BENCH_RUNS must be a number")).transpose()?.unwrap_or(200);
     let services = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("bench-server").enable_all().build()?;
-    let client = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("bench-client").enable_all().build()?;
-    let (url, drop_after) = client.block_on(database())?;
+    let (url, drop_after) = services.block_on(database())?;
     let server = services.block_on(Server::start(&url))?;
-    let result = client.block_on(bench(runs, &url, server.addr));
+    let result = bench(runs, &url, server.addr);
     services.block_on(server.stop())?;
     if let Some((admin, name)) = drop_after {
-        client.block_on(async {
+        services.block_on(async {
             let db = sea_orm::Database::connect(&admin).await?;
             sea_orm::ConnectionTrait::execute_unprepared(&db, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
             anyhow::Ok(())
@@ -192,21 +211,41 @@ fn main() -> anyhow::Result<()> {
     result
 }
 
-async fn bench(runs: usize, url: &str, addr: std::net::SocketAddr) -> anyhow::Result<()> {
-    let backend = if url.is_empty() { "SQLite" } else { "PostgreSQL" };
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await?;
+/// The client process: `run` makes one run and answers one line.
+fn client_main(addr: &str) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let channel = runtime.block_on(tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect())?;
     let client = RunServiceClient::new(channel);
+    client_process::serve(|request| {
+        if request != "run" {
+            bail!("unknown request {request:?}");
+        }
+        Ok(vec![runtime.block_on(one_run(client.clone()))?.to_line()])
+    })
+}
+
+fn run(client: &mut client_process::ClientProcess) -> anyhow::Result<Observed> {
+    match &client.request("run")?[..] {
+        [line] => Observed::from_line(line),
+        lines => bail!("expected one line from the client, got {}", lines.len()),
+    }
+}
+
+fn bench(runs: usize, url: &str, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    let backend = if url.is_empty() { "SQLite" } else { "PostgreSQL" };
+    let mut client = client_process::ClientProcess::spawn(addr)?;
     println!(
-        "subagent spawn latency: {backend}, in-process runs + models (replay, zero latency) + sandbox on 2 tokio workers, the client on its own runtime"
+        "subagent spawn latency: {backend}, in-process runs + models (replay, zero latency) + sandbox on 2 tokio workers, the client in a separate process"
     );
     for _ in 0..3 {
-        one_run(client.clone()).await?;
+        run(&mut client)?;
     }
     let mut all = Vec::with_capacity(runs);
     let started = Instant::now();
     for _ in 0..runs {
-        all.push(one_run(client.clone()).await?);
+        all.push(run(&mut client)?);
     }
+    client.finish()?;
     println!("{runs} sequential runs (each: write_todos, one task, an answer) in {:.2} s", started.elapsed().as_secs_f64());
     let baseline = summary("baseline: no-op tool", all.iter().map(|o| o.baseline).collect());
     let start = summary("spawn -> child START", all.iter().map(|o| o.start).collect());

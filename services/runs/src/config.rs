@@ -169,6 +169,13 @@ pub struct DatabaseConfig {
     /// SQLite: the most the write-ahead log keeps on disk, in MiB. It is truncated to zero whenever
     /// it is fully copied into the database and has passed a quarter of this, or the writer is idle.
     pub sqlite_wal_max_mib: u64,
+    /// PostgreSQL: how long a session may sit inside a transaction without sending a statement before
+    /// the server ends it, in milliseconds (`idle_in_transaction_session_timeout`; 0 = never). Antler's
+    /// transactions are a few statements back to back; one that waits this long belongs to a replica
+    /// that is frozen (SIGSTOP, a paused VM, a stalled node) and whose row locks would otherwise stop
+    /// every other replica from starting or taking over the runs it touched, for as long as it stays
+    /// frozen. Keep it below `lease_secs` so takeovers are not held up past the lease.
+    pub postgres_idle_in_transaction_timeout_ms: u64,
 }
 
 impl Default for DatabaseConfig {
@@ -180,6 +187,7 @@ impl Default for DatabaseConfig {
             connect_timeout_ms: 5_000,
             sqlite_busy_timeout_ms: 5_000,
             sqlite_wal_max_mib: 64,
+            postgres_idle_in_transaction_timeout_ms: 10_000,
         }
     }
 }
@@ -207,6 +215,9 @@ impl RunsConfig {
         check_range("runs.database.connect_timeout_ms", db.connect_timeout_ms, 100, 600_000)?;
         check_range("runs.database.sqlite_busy_timeout_ms", db.sqlite_busy_timeout_ms, 0, 600_000)?;
         check_range("runs.database.sqlite_wal_max_mib", db.sqlite_wal_max_mib, 4, 65_536)?;
+        if db.postgres_idle_in_transaction_timeout_ms != 0 {
+            check_range("runs.database.postgres_idle_in_transaction_timeout_ms", db.postgres_idle_in_transaction_timeout_ms, 100, 3_600_000)?;
+        }
         check_range("runs.max_concurrent_runs", self.max_concurrent_runs.into(), 1, 100_000)?;
         check_range("runs.lease_secs", self.lease_secs, 3, 3600)?;
         check_range("runs.lease_grace_secs", self.lease_grace_secs, 0, 3600)?;

@@ -319,6 +319,9 @@ impl Store {
                 .pragma("wal_autocheckpoint", "0")
                 .pragma("journal_size_limit", wal_limit.to_string())
         });
+        let idle_in_transaction = config.postgres_idle_in_transaction_timeout_ms;
+        // Sent in the startup packet, so it holds for every session of every pool (main and control).
+        options.map_sqlx_postgres_opts(move |o| o.options([("idle_in_transaction_session_timeout", idle_in_transaction)]));
         let writer_options = {
             let mut writer = options.clone();
             writer.max_connections(1).min_connections(1);
