@@ -4,9 +4,10 @@
 //! `replay` provider) for the lead agent and the subagent; the client in a separate process (this
 //! binary run again, see `common/client_process.rs`).
 //!
-//! Each run: the lead calls `write_todos` (the baseline: a no-op tool, TOOL_STARTED → TOOL_FINISHED),
-//! then `task` (a custom subagent type `quick` on its own replay model, which answers at once), then
-//! answers. Measured from the parent's TOOL_STARTED of `task`:
+//! Each run: the lead calls `write_todos` (the baseline: a no-op tool, TOOL_STARTED → TOOL_FINISHED;
+//! its item is completed, so the todo middleware's reminder never sends the lead round again), then
+//! `task` (a custom subagent type `quick` on its own replay model, which answers at once), then
+//! answers. A run with more than one `task` call is refused, not measured. Measured from the parent's TOOL_STARTED of `task`:
 //! - spawn → START: the child run admitted (one transaction: its thread, run row, first event),
 //!   started through `try_start`, and its START event durable in the parent's log;
 //! - spawn → first STEP: the child's agent built, its input written, one model call, its checkpoint,
@@ -41,7 +42,7 @@ const GOAL_P99_MS: f64 = 5.0;
 fn models_yaml() -> String {
     "models:\n\
      \x20 - name: zero\n    provider: replay\n    replay:\n      chunk_chars: 65536\n      after_last: cycle\n      turns:\n\
-     \x20         - tool_calls:\n              - {id: plan, name: write_todos, arguments: {todos: [{content: \"delegate\", status: in_progress}]}}\n            usage: {input_tokens: 100, output_tokens: 10}\n\
+     \x20         - tool_calls:\n              - {id: plan, name: write_todos, arguments: {todos: [{content: \"delegate\", status: completed}]}}\n            usage: {input_tokens: 100, output_tokens: 10}\n\
      \x20         - tool_calls:\n              - {id: delegate, name: task, arguments: {description: \"quick task\", prompt: \"do it\", subagent_type: quick}}\n            usage: {input_tokens: 100, output_tokens: 10}\n\
      \x20         - text: done\n            usage: {input_tokens: 100, output_tokens: 1}\n\
      \x20 - name: child\n    provider: replay\n    replay:\n      chunk_chars: 65536\n      after_last: cycle\n      turns:\n\
@@ -115,8 +116,7 @@ impl Observed {
     }
 
     fn from_line(line: &str) -> anyhow::Result<Self> {
-        let [baseline, start, first_step, end]: [f64; 4] =
-            serde_json::from_str(line).with_context(|| format!("client line {line:?}"))?;
+        let [baseline, start, first_step, end]: [f64; 4] = serde_json::from_str(line).with_context(|| format!("client line {line:?}"))?;
         Ok(Self { baseline, start, first_step, end })
     }
 }
@@ -141,7 +141,12 @@ async fn one_run(mut client: RunServiceClient<Channel>) -> anyhow::Result<Observ
         let now = Instant::now();
         match kind {
             Kind::ToolStarted(t) if t.name == "write_todos" => todo_started = Some(now),
-            Kind::ToolStarted(t) if t.name == "task" => task_started = Some(now),
+            Kind::ToolStarted(t) if t.name == "task" => {
+                if task_started.is_some() {
+                    bail!("a run called `task` twice: the bench's script is wrong");
+                }
+                task_started = Some(now)
+            }
             Kind::ToolFinished(t) if t.name == "write_todos" => observed.baseline = ms(todo_started, now),
             Kind::Subagent(s) => match s.phase() {
                 SubagentPhase::Start => observed.start = ms(task_started, now),
@@ -243,7 +248,11 @@ fn bench(runs: usize, url: &str, addr: std::net::SocketAddr) -> anyhow::Result<(
     let mut all = Vec::with_capacity(runs);
     let started = Instant::now();
     for _ in 0..runs {
-        all.push(run(&mut client)?);
+        let observed = run(&mut client)?;
+        if std::env::var_os("BENCH_SLOW").is_some() && observed.start > GOAL_P99_MS {
+            eprintln!("slow spawn: {observed:?}");
+        }
+        all.push(observed);
     }
     client.finish()?;
     println!("{runs} sequential runs (each: write_todos, one task, an answer) in {:.2} s", started.elapsed().as_secs_f64());

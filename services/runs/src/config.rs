@@ -216,7 +216,12 @@ impl RunsConfig {
         check_range("runs.database.sqlite_busy_timeout_ms", db.sqlite_busy_timeout_ms, 0, 600_000)?;
         check_range("runs.database.sqlite_wal_max_mib", db.sqlite_wal_max_mib, 4, 65_536)?;
         if db.postgres_idle_in_transaction_timeout_ms != 0 {
-            check_range("runs.database.postgres_idle_in_transaction_timeout_ms", db.postgres_idle_in_transaction_timeout_ms, 100, 3_600_000)?;
+            check_range(
+                "runs.database.postgres_idle_in_transaction_timeout_ms",
+                db.postgres_idle_in_transaction_timeout_ms,
+                100,
+                3_600_000,
+            )?;
         }
         check_range("runs.max_concurrent_runs", self.max_concurrent_runs.into(), 1, 100_000)?;
         check_range("runs.lease_secs", self.lease_secs, 3, 3600)?;

@@ -182,24 +182,29 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// How often the background task copies the SQLite WAL into the database file.
+/// How often the background task looks at the SQLite WAL.
 const WAL_CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
 /// How long a TRUNCATE checkpoint waits for readers before giving up until the next round.
 const TRUNCATE_WAIT: Duration = Duration::from_millis(20);
 
-/// Keeps the SQLite WAL small without a commit ever paying for it.
+/// Keeps the SQLite WAL small, with commits paying as little as possible for it.
 ///
-/// Every round a PASSIVE checkpoint copies what it can into the database file (it never waits for
-/// readers or the writer). That alone does not bound the file: SQLite rewinds the WAL only when a
-/// writer finds it fully copied with no reader still using it, which steady writes and a busy pool of
-/// readers prevent for ever (3,000 runs once left a 498 MB WAL beside a 14 MB database). So:
-/// - when the writer is idle (no frame since the last round) and everything is copied, a TRUNCATE
-///   checkpoint rewinds the WAL to zero bytes, taken only if the write slot is free;
-/// - when the WAL has grown past `truncate_at` (a quarter of `sqlite_wal_max_mib`), the checkpointer
-///   takes the write slot like any writer (so no frame is appended meanwhile) and truncates: the
-///   PASSIVE round just before copied almost everything, so this costs the commits queued behind it
-///   about a millisecond, at most [`TRUNCATE_WAIT`] while readers finish — once per `truncate_at` of
-///   WAL, instead of the automatic checkpoint's stall inside every thousandth commit.
+/// SQLite rewinds the WAL only when a writer finds it fully copied into the database with no reader
+/// still using it, which steady writes and a busy pool of readers prevent for ever (3,000 runs once
+/// left a 498 MB WAL beside a 14 MB database). Every checkpoint also ends with an fsync of the WAL and
+/// of the database file, and commits stall on the file system's journal meanwhile; truncating the WAL
+/// to zero made that worse, since every commit after it extends the file again (a subagent spawn's
+/// p99 went from 2.2 ms without checkpoints to 12–13 ms with a truncation every 16 MiB). So each round:
+/// - when the writer was idle (the write slot not granted since the last round), a TRUNCATE
+///   checkpoint copies the WAL and shrinks the file to zero bytes, taken only if the write slot is
+///   free: it costs nobody, and an idle service leaves no WAL on disk;
+/// - when there were writes, a PASSIVE checkpoint copies the WAL while writers go on, then the
+///   checkpointer takes the write slot like any writer (so no frame is appended meanwhile) for a
+///   RESTART checkpoint, which copies what was appended in between (waiting at most
+///   [`TRUNCATE_WAIT`] for readers) and makes the next commit write from the start of the file. The
+///   file keeps its size and its blocks, so the commits after it only overwrite;
+/// - past `truncate_at` (a quarter of `sqlite_wal_max_mib`: a RESTART was refused by busy readers
+///   round after round), the same with TRUNCATE.
 ///
 /// `journal_size_limit` caps what a rewind leaves on disk in any case.
 async fn checkpoint_wal(
@@ -211,39 +216,40 @@ async fn checkpoint_wal(
 ) {
     let mut every = tokio::time::interval(WAL_CHECKPOINT_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_frames = -1i64;
+    let mut last_grants = slot.grants();
     loop {
         tokio::select! {
             _ = every.tick() => {}
             () = stop.cancelled() => return,
         }
-        let (frames, copied) = match wal_checkpoint(&conn, "PASSIVE").await {
-            Ok(result) => result,
-            Err(error) => {
-                tracing::debug!(%error, "WAL checkpoint skipped");
-                continue;
-            }
-        };
-        let idle = frames == last_frames;
-        last_frames = frames;
+        let grants = slot.grants();
+        let idle = grants == last_grants;
+        last_grants = grants;
         let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-        let _guard = if size >= truncate_at {
-            slot.acquire(Priority::Lifecycle).await
-        } else if idle && frames > 0 && copied == frames {
+        if size == 0 {
+            continue;
+        }
+        let (mode, _guard) = if idle && size < truncate_at {
             match slot.try_acquire() {
-                Some(guard) => guard,
+                Some(guard) => ("TRUNCATE", guard),
                 None => continue,
             }
         } else {
-            continue;
-        };
-        match wal_checkpoint(&conn, "TRUNCATE").await {
-            Ok(_) => {
-                last_frames = 0;
-                metrics::counter!("antler_runs_wal_truncations_total").increment(1);
+            match wal_checkpoint(&conn, "PASSIVE").await {
+                // Nothing appended since the last rewind.
+                Ok((0, _)) if size < truncate_at => continue,
+                Ok(_) => {}
+                Err(error) => tracing::debug!(%error, "WAL checkpoint skipped"),
             }
-            Err(error) => tracing::debug!(%error, "WAL truncation skipped (readers busy)"),
+            (if size >= truncate_at { "TRUNCATE" } else { "RESTART" }, slot.acquire(Priority::Lifecycle).await)
+        };
+        match wal_checkpoint(&conn, mode).await {
+            Ok(_) if mode == "TRUNCATE" => metrics::counter!("antler_runs_wal_truncations_total").increment(1),
+            Ok(_) => {}
+            Err(error) => tracing::debug!(%error, mode, "WAL checkpoint skipped (readers busy)"),
         }
+        // The checkpointer's own turn is not a write.
+        last_grants = slot.grants();
     }
 }
 

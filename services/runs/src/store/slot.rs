@@ -9,6 +9,7 @@
 //! `lifecycle::admitter`), so one turn admits many runs.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
@@ -40,6 +41,8 @@ struct State {
 #[derive(Debug, Default)]
 pub struct WriteSlot {
     state: Mutex<State>,
+    /// Times the slot was granted: the WAL checkpointer's measure of whether anyone wrote lately.
+    grants: AtomicU64,
 }
 
 /// Holds the slot; dropping it hands the slot to the next waiter.
@@ -60,6 +63,7 @@ impl WriteSlot {
             let mut state = self.state();
             if !state.held {
                 state.held = true;
+                self.grants.fetch_add(1, Ordering::Relaxed);
                 state.streak = if priority == Priority::Lifecycle { state.streak + 1 } else { 0 };
                 return SlotGuard { slot: Some(self.clone()) };
             }
@@ -94,7 +98,13 @@ impl WriteSlot {
             return None;
         }
         state.held = true;
+        self.grants.fetch_add(1, Ordering::Relaxed);
         Some(SlotGuard { slot: Some(self.clone()) })
+    }
+
+    /// How many times the slot has been granted so far.
+    pub fn grants(&self) -> u64 {
+        self.grants.load(Ordering::Relaxed)
     }
 
     /// Passes the slot to the next waiter, or frees it.
@@ -117,6 +127,7 @@ impl WriteSlot {
             if let Err(mut unwanted) = next.send(SlotGuard { slot: Some(self.clone()) }) {
                 unwanted.slot = None;
             } else {
+                self.grants.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         }
