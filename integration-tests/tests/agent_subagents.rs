@@ -463,3 +463,68 @@ async fn a_safety_finish_is_audited_without_content() -> anyhow::Result<()> {
     scrape_until(&url, T, |s| s.value("antler_agent_safety_finishes_total", &[("caller", "lead_agent")]) >= 1.0).await?;
     Ok(())
 }
+
+/// A subagent gets its parent's request secrets: the child run is admitted with their names (the store
+/// never holds a value), its sandbox commands see the values in their environment on the replica that
+/// holds them, and neither the events of either run nor anything the model is sent shows a value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_gets_its_parent_s_secrets_and_nothing_shows_them() -> anyhow::Result<()> {
+    use prost::Message as _;
+    use sea_orm::{ConnectionTrait, Statement};
+    const VALUE: &str = "tok-9f8e7d6c5b4a39281706";
+    let double = LlmDouble::start_routed(
+        vec![
+            route("LEAD secret", vec![Turn::tools("", vec![task("t-s", "bash", "CHILD-S check the token")]), Turn::text("Checked.")]),
+            route(
+                "CHILD-S",
+                vec![
+                    Turn::tools(
+                        "",
+                        vec![call("s-1", "bash", json!({"description": "check", "command": "echo token-length-${#DEPLOY_TOKEN}"}))],
+                    ),
+                    Turn::text("The token is there."),
+                ],
+            ),
+        ],
+        AfterLast::Refuse,
+    )
+    .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let server = start_agent_up(&db, &double.models_yaml(), "", None)?;
+    let (mut runs, _) = clients(&server).await?;
+    let mut request = delegating("LEAD secret check through a subagent");
+    request.secrets.insert("deploy_token".to_owned(), VALUE.to_owned());
+    let run = run_to_end(&mut runs, request, T).await?;
+    assert_eq!(run.status(), RunStatus::Success, "{:?}\n{}", run.error, server.stderr());
+    let kids = children(&mut runs, &run.run_id).await?;
+    assert_eq!(kids.len(), 1, "{kids:?}");
+    assert_eq!(kids[0].status(), RunStatus::Success, "{:?}", kids[0].error);
+
+    // The child's command saw the value (24 characters) under the secret's name in upper case.
+    let child = double.requests_of("CHILD-S");
+    let results = tool_results(child.last().unwrap_or(&Value::Null));
+    assert!(results.iter().any(|(id, text)| id == "s-1" && text.contains("token-length-24")), "{results:?}");
+
+    // The child run was admitted with the name and no value.
+    let conn = db.connect().await?;
+    let row = conn
+        .query_one_raw(Statement::from_sql_and_values(
+            conn.get_database_backend(),
+            "SELECT request FROM runs WHERE run_id = ?",
+            [kids[0].run_id.clone().into()],
+        ))
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the child's row is missing"))?;
+    let stored = CreateRunRequest::decode(row.try_get_by_index::<Vec<u8>>(0)?.as_slice())?;
+    assert_eq!(stored.secrets.get("deploy_token").map(String::as_str), Some(""), "{:?}", stored.secrets);
+
+    // No value anywhere a client or the model can read.
+    for id in [&run.run_id, &kids[0].run_id] {
+        let events = run_events(&mut runs, ALICE, id).await?;
+        assert!(!format!("{events:?}").contains(VALUE), "run {id}'s events show the secret");
+    }
+    for marker in ["LEAD secret", "CHILD-S"] {
+        assert!(!Value::Array(double.requests_of(marker)).to_string().contains(VALUE), "the model was sent the secret ({marker})");
+    }
+    Ok(())
+}
