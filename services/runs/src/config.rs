@@ -166,8 +166,9 @@ pub struct DatabaseConfig {
     pub connect_timeout_ms: u64,
     /// SQLite: how long a write waits for another process's lock before failing, in milliseconds.
     pub sqlite_busy_timeout_ms: u64,
-    /// SQLite: the most the write-ahead log keeps on disk, in MiB. It is truncated to zero whenever
-    /// it is fully copied into the database and has passed a quarter of this, or the writer is idle.
+    /// SQLite: the most the write-ahead log keeps on disk, in MiB. While there are writes it is
+    /// rewound every half second (copied into the database, then written again from its start), and
+    /// truncated past a quarter of this; an idle writer's WAL is truncated to zero.
     pub sqlite_wal_max_mib: u64,
     /// PostgreSQL: how long a session may sit inside a transaction without sending a statement before
     /// the server ends it, in milliseconds (`idle_in_transaction_session_timeout`; 0 = never). Antler's
