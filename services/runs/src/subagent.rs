@@ -1,6 +1,7 @@
 //! Subagent runs (DESIGN §5, issue #14 §2): the runs service's side of the lead agent's `task` tool.
 //! Each task is a child run, admitted once per (parent run, task id) — the unique index
-//! `runs_one_child_per_task` — started through the same `try_start` gate and executed by the same
+//! `runs_one_child_per_task` — started through the same `try_start` compare-and-set (in its admission's
+//! transaction, `start::start_in`) and executed by the same
 //! `worker::execute_with` as any run, in a task of its own under the parent's worker slot (the
 //! dispatcher never starts a child, the sweeper never claims one). So a child has its own attempt,
 //! lease, checkpoints, events and usage, and:
@@ -100,6 +101,8 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
     let after_seq = if found { child.last_seq.max(0) as u64 } else { 0 };
     let mut follower: Option<tokio::task::JoinHandle<()>> = None;
     let mut first = true;
+    // A child admitted here was started in its admission's transaction: execute it at once.
+    let mut started_here = (!found && child.status == RUNNING).then(|| child.clone());
     // The row as admission returned it needs no second read.
     let mut known = Some(child);
     loop {
@@ -137,7 +140,11 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
             let _ = tx.send(SubagentUpdate::Ended(end)).await;
             return;
         }
-        match next_attempt(&engine, &run).await {
+        let attempt = match started_here.take() {
+            Some(run) => Ok(Some((run, false))),
+            None => next_attempt(&engine, &run).await,
+        };
+        match attempt {
             Ok(Some((run, resumed))) => {
                 if first || resumed {
                     let update = SubagentUpdate::Started {
@@ -180,8 +187,9 @@ async fn pause(parent: &Parent, period: Duration) {
 
 /// The child run of `call`: the one an earlier attempt of the parent admitted (true), or a new one,
 /// admitted in one transaction with the `task` call's journal intent (the intent is never durable
-/// without its child, nor the child without it). None when the parent is no longer RUNNING under
-/// this worker (checked in that transaction, as every journal write is).
+/// without its child, nor the child without it) and started in it (RUNNING under this worker). None
+/// when the parent is no longer RUNNING under this worker (checked in that transaction, as every
+/// journal write is).
 async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<Option<(runs::Model, bool)>, RunsError> {
     let find = || async {
         runs::Entity::find()
@@ -265,7 +273,7 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
                 .await?
                 .is_some();
             if !owned {
-                return Ok(false);
+                return Ok(None);
             }
             // An intent an earlier attempt of the parent wrote stays as it was.
             tool_effects::Entity::insert(tool_effects::ActiveModel::from(intent.clone()))
@@ -278,17 +286,21 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
                 run_inputs::Entity::insert(run_inputs::ActiveModel::from(input.clone())).exec_without_returning(&*tx).await?;
             }
             insert_rows(&*tx, std::slice::from_ref(&planned.first), now).await?;
+            // Started in the same transaction, through the same compare-and-set as every start: the
+            // child is under way one commit sooner (`drive` executes a RUNNING child it admitted).
+            let started = start::start_in(&*tx, engine, std::slice::from_ref(&run_id)).await?.pop();
             tx.commit().await?;
-            Ok::<_, RunsError>(true)
+            Ok::<_, RunsError>(Some(started))
         })
         .await;
     match written {
-        Ok(false) => Ok(None),
-        Ok(true) => {
+        Ok(None) => Ok(None),
+        Ok(Some(started)) => {
             engine.secrets.share(&parent.run_id, &run_id);
             engine.hub.publish(std::slice::from_ref(&planned.first));
             metrics::counter!("antler_runs_admitted_total", "strategy" => "SUBAGENT").increment(1);
-            Ok(Some((planned.run, false)))
+            start::count_started(usize::from(started.is_some()));
+            Ok(Some((started.unwrap_or(planned.run), false)))
         }
         // Admitted meanwhile by another attempt of the parent: that one is the child.
         Err(RunsError::Store(e)) if e.is_unique_violation() => match find().await? {

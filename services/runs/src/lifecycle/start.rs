@@ -25,32 +25,43 @@ pub async fn try_start_many(engine: &Engine, run_ids: &[String]) -> Result<Vec<r
     if run_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let now = now_ms();
-    let claimable = claimable(engine, now);
     let started = engine
         .store
         .retry_busy(|| async {
             let tx = engine.store.tx().await?;
-            let result = runs::Entity::update_many()
-                .col_expr(runs::Column::Status, Expr::value(RUNNING))
-                .col_expr(runs::Column::OwnerWorkerId, Expr::value(engine.worker_id.as_str()))
-                .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config.lease().as_millis() as i64))
-                .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
-                .col_expr(runs::Column::StartedAt, Expr::value(now))
-                .col_expr(runs::Column::UpdatedAt, Expr::value(now))
-                .filter(runs::Column::RunId.is_in(run_ids.iter().map(String::as_str)))
-                .filter(runs::Column::Status.eq(PENDING))
-                .filter(runs::Column::Queued.eq(false))
-                .filter(runs::Column::CancelAction.is_null())
-                .filter(claimable.clone())
-                .exec_with_returning(&*tx)
-                .await?;
+            let started = start_in(&*tx, engine, run_ids).await?;
             tx.commit().await?;
-            Ok::<_, crate::store::StoreError>(result)
+            Ok::<_, crate::store::StoreError>(started)
         })
         .await?;
-    metrics::counter!("antler_run_transitions_total", "to" => "running").increment(started.len() as u64);
+    count_started(started.len());
     Ok(started)
+}
+
+/// Counts runs that became RUNNING (call it once their transaction committed).
+pub fn count_started(runs: usize) {
+    metrics::counter!("antler_run_transitions_total", "to" => "running").increment(runs as u64);
+}
+
+/// The compare-and-set of [`try_start_many`] inside `db` (a transaction the caller commits, then
+/// [`count_started`]), for a write that starts a run it has just admitted in the same transaction (a
+/// subagent's child run: one commit instead of two before it is under way).
+pub async fn start_in(db: &impl sea_orm::ConnectionTrait, engine: &Engine, run_ids: &[String]) -> Result<Vec<runs::Model>, sea_orm::DbErr> {
+    let now = now_ms();
+    runs::Entity::update_many()
+        .col_expr(runs::Column::Status, Expr::value(RUNNING))
+        .col_expr(runs::Column::OwnerWorkerId, Expr::value(engine.worker_id.as_str()))
+        .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config.lease().as_millis() as i64))
+        .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
+        .col_expr(runs::Column::StartedAt, Expr::value(now))
+        .col_expr(runs::Column::UpdatedAt, Expr::value(now))
+        .filter(runs::Column::RunId.is_in(run_ids.iter().map(String::as_str)))
+        .filter(runs::Column::Status.eq(PENDING))
+        .filter(runs::Column::Queued.eq(false))
+        .filter(runs::Column::CancelAction.is_null())
+        .filter(claimable(engine, now))
+        .exec_with_returning(db)
+        .await
 }
 
 /// PENDING runs this replica could start now: those admitted by a dead replica first (its clients
