@@ -265,8 +265,7 @@ fn main() -> anyhow::Result<()> {
 
 /// The client process: `run` (one run, one line) and `concurrent N` (N runs at once, a line each).
 fn client_main(addr: &str) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    let channel = runtime.block_on(tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect())?;
+    let (runtime, channel) = client_process::connect(addr)?;
     let client = RunServiceClient::new(channel);
     client_process::serve(|request| {
         runtime.block_on(async {

@@ -15,7 +15,8 @@
 //! - spawn → END: the child finalized and the parent's END event (with the result and usage) written.
 //!
 //! Run: `cargo bench -p antler --bench subagent_spawn`. Environment: `BENCH_RUNS` (default 200),
-//! `BENCH_DATABASE_URL` (a `postgres://` admin URL to measure PostgreSQL; a database is created and dropped).
+//! `BENCH_DATABASE_URL` (a `postgres://` admin URL to measure PostgreSQL; a database is created and dropped),
+//! `BENCH_SLOW` (print every run whose spawn → START is over the goal).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -218,8 +219,7 @@ fn main() -> anyhow::Result<()> {
 
 /// The client process: `run` makes one run and answers one line.
 fn client_main(addr: &str) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    let channel = runtime.block_on(tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect())?;
+    let (runtime, channel) = client_process::connect(addr)?;
     let client = RunServiceClient::new(channel);
     client_process::serve(|request| {
         if request != "run" {

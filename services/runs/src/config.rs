@@ -216,13 +216,13 @@ impl RunsConfig {
         check_range("runs.database.connect_timeout_ms", db.connect_timeout_ms, 100, 600_000)?;
         check_range("runs.database.sqlite_busy_timeout_ms", db.sqlite_busy_timeout_ms, 0, 600_000)?;
         check_range("runs.database.sqlite_wal_max_mib", db.sqlite_wal_max_mib, 4, 65_536)?;
-        if db.postgres_idle_in_transaction_timeout_ms != 0 {
-            check_range(
-                "runs.database.postgres_idle_in_transaction_timeout_ms",
-                db.postgres_idle_in_transaction_timeout_ms,
-                100,
-                3_600_000,
-            )?;
+        let idle = db.postgres_idle_in_transaction_timeout_ms;
+        if idle != 0 && !(100..=3_600_000).contains(&idle) {
+            return Err(ConfigError::OutOfRange {
+                path: "runs.database.postgres_idle_in_transaction_timeout_ms".to_owned(),
+                value: idle.to_string(),
+                limit: "must be 0 (never) or between 100 and 3600000 (keep it below lease_secs)".to_owned(),
+            });
         }
         check_range("runs.max_concurrent_runs", self.max_concurrent_runs.into(), 1, 100_000)?;
         check_range("runs.lease_secs", self.lease_secs, 3, 3600)?;
@@ -278,4 +278,23 @@ pub fn load(config: &Config) -> Result<RunsConfig, ConfigError> {
 /// Parses and checks the `runs` section (for start-up, reloads and `antler config check`).
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
     load(config).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_idle_in_transaction_timeout_is_off_or_in_range() {
+        let mut config = RunsConfig::default();
+        for ok in [0, 100, 10_000, 3_600_000] {
+            config.database.postgres_idle_in_transaction_timeout_ms = ok;
+            assert!(config.validate().is_ok(), "{ok}");
+        }
+        for bad in [1, 99, 3_600_001] {
+            config.database.postgres_idle_in_transaction_timeout_ms = bad;
+            let error = config.validate().err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(error.contains("postgres_idle_in_transaction_timeout_ms") && error.contains("0 (never)"), "{bad}: {error}");
+        }
+    }
 }

@@ -18,6 +18,13 @@ pub fn client_addr() -> Option<String> {
     std::env::var(ADDR_ENV).ok()
 }
 
+/// The client process's runtime (one worker) and its channel to the services at `addr`.
+pub fn connect(addr: &str) -> anyhow::Result<(tokio::runtime::Runtime, tonic::transport::Channel)> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let channel = runtime.block_on(tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect())?;
+    Ok((runtime, channel))
+}
+
 /// The client process, seen from the server.
 pub struct ClientProcess {
     child: Child,
