@@ -555,7 +555,12 @@ impl Hub {
                     if closed || matches!(error, rmcp::ServiceError::TransportSend(_) | rmcp::ServiceError::TransportClosed) {
                         self.pool.discard(&key, &lease.session);
                     }
-                    let tail = lease.session.conn.stderr.as_ref().map(|t| t.text()).filter(|t| !t.is_empty());
+                    let tail = match &lease.session.conn.stderr {
+                        Some(tail) if closed => Some(tail.settled().await),
+                        Some(tail) => Some(tail.text()),
+                        None => None,
+                    }
+                    .filter(|t| !t.is_empty());
                     let said = tail.map(|t| format!("; the server wrote: {t}")).unwrap_or_default();
                     let message = if closed {
                         format!(

@@ -22,17 +22,34 @@ const INHERITED: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER",
 /// Bytes of the server's stderr kept for error messages.
 const STDERR_TAIL: usize = 2048;
 
+/// How long a failed call waits for a closed server's last stderr lines (see [`StderrTail::settled`]).
+const STDERR_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The last lines a server wrote to stderr (its crash message, usually).
 #[derive(Debug, Clone, Default)]
-pub struct StderrTail(Arc<Mutex<String>>);
+pub struct StderrTail {
+    lines: Arc<Mutex<String>>,
+    /// Cancelled when the reader reached the end of the pipe (the server exited).
+    ended: tokio_util::sync::CancellationToken,
+}
 
 impl StderrTail {
     pub fn text(&self) -> String {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).trim().to_owned()
+        self.lines.lock().unwrap_or_else(|p| p.into_inner()).trim().to_owned()
+    }
+
+    /// The tail once the reader has seen the end of the pipe, waiting at most [`STDERR_SETTLE`]. A
+    /// crashing server writes its last words and exits; the session notices the closed stdout on one
+    /// task while the stderr reader, on another, may not have read them yet (seen under load: the
+    /// error named no cause). The wait is bounded because a child the server left behind can hold
+    /// the pipe open.
+    pub async fn settled(&self) -> String {
+        let _ = tokio::time::timeout(STDERR_SETTLE, self.ended.cancelled()).await;
+        self.text()
     }
 
     fn push(&self, line: &str) {
-        let mut tail = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tail = self.lines.lock().unwrap_or_else(|p| p.into_inner());
         tail.push_str(line);
         tail.push('\n');
         if tail.len() > STDERR_TAIL {
@@ -87,6 +104,7 @@ pub fn spawn(spec: &ServerSpec, cwd: &Path, tmp: &Path) -> std::io::Result<(Toki
                 tracing::debug!(server = %server, line = %line, "mcp server stderr");
                 tail.push(&line);
             }
+            tail.ended.cancel();
         });
     }
     Ok((transport, tail, group))
