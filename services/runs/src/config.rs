@@ -170,6 +170,11 @@ pub struct DatabaseConfig {
     /// rewound every half second (copied into the database, then written again from its start), and
     /// truncated past a quarter of this; an idle writer's WAL is truncated to zero.
     pub sqlite_wal_max_mib: u64,
+    /// SQLite: the most of the single writer's time that admissions (CreateRun batches) take while
+    /// starts, event appends and finalizations wait for it, in percent (1..100). The rest keeps the
+    /// workers finishing runs under an admission flood; a writer nobody else wants is the
+    /// admissions' whole.
+    pub sqlite_admission_share_percent: u64,
     /// PostgreSQL: how long a session may sit inside a transaction without sending a statement before
     /// the server ends it, in milliseconds (`idle_in_transaction_session_timeout`; 0 = never). Antler's
     /// transactions are a few statements back to back; one that waits this long belongs to a replica
@@ -188,6 +193,7 @@ impl Default for DatabaseConfig {
             connect_timeout_ms: 5_000,
             sqlite_busy_timeout_ms: 5_000,
             sqlite_wal_max_mib: 64,
+            sqlite_admission_share_percent: 20,
             postgres_idle_in_transaction_timeout_ms: 10_000,
         }
     }
@@ -216,6 +222,7 @@ impl RunsConfig {
         check_range("runs.database.connect_timeout_ms", db.connect_timeout_ms, 100, 600_000)?;
         check_range("runs.database.sqlite_busy_timeout_ms", db.sqlite_busy_timeout_ms, 0, 600_000)?;
         check_range("runs.database.sqlite_wal_max_mib", db.sqlite_wal_max_mib, 4, 65_536)?;
+        check_range("runs.database.sqlite_admission_share_percent", db.sqlite_admission_share_percent, 1, 100)?;
         let idle = db.postgres_idle_in_transaction_timeout_ms;
         if idle != 0 && !(100..=3_600_000).contains(&idle) {
             return Err(ConfigError::OutOfRange {

@@ -360,7 +360,7 @@ impl Store {
         } else {
             None
         };
-        let write_slot = sqlite.then(|| Arc::new(WriteSlot::default()));
+        let write_slot = sqlite.then(|| Arc::new(WriteSlot::new(config.sqlite_admission_share_percent as f64 / 100.0)));
         let checkpoints = if sqlite { Some(Database::connect(checkpoint_options).await?) } else { None };
         let checkpointer = match (&checkpoints, &write_slot, sqlite_file(&url)) {
             (Some(conn), Some(slot), Some(file)) => {

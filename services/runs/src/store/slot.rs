@@ -3,14 +3,21 @@
 //!
 //! A plain FIFO mutex let an admission flood starve the workers: every start and every finish waited
 //! behind all the admissions queued before it, so runs were admitted far faster than they could run.
-//! Here a lifecycle writer waiting for the slot always goes first, except that after
-//! [`LIFECYCLE_STREAK`] lifecycle grants in a row an admission batch gets one turn, so admissions are
-//! slowed by the workers' writes but never stopped by them. Admissions arrive as batches (see
-//! `lifecycle::admitter`), so one turn admits many runs.
+//! Here the slot keeps the share of its recent holding time that went to admissions (decayed with a
+//! time constant of [`SHARE_WINDOW`]). When both kinds wait, an admission gets the slot only while
+//! that share is below `admission_share` (`runs.database.sqlite_admission_share_percent`); when no
+//! lifecycle writer waits, admissions take the slot whenever it is free, so an admission flood alone
+//! runs at full speed and one beside busy workers is slowed but never stopped.
+//!
+//! The share is counted in time, not in grants: an admission turn is a batch of up to hundreds of
+//! runs (see `lifecycle::admitter`) and holds the slot for milliseconds, a lifecycle write for a tenth
+//! of that, so "one admission turn every eight lifecycle grants" (what this did before) still gave
+//! admissions most of the writer under a flood, and completions fell to 67–81 % of their rate alone.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -23,37 +30,94 @@ pub enum Priority {
     Admission,
 }
 
-/// Lifecycle grants in a row before a waiting admission gets the slot.
-pub const LIFECYCLE_STREAK: u32 = 8;
+/// The time constant of the holding-time shares: a burst this long ago weighs 1/e of a new one.
+pub const SHARE_WINDOW: Duration = Duration::from_secs(1);
+
+/// The default of `runs.database.sqlite_admission_share_percent`.
+pub const DEFAULT_ADMISSION_SHARE: f64 = 0.2;
 
 /// A wait for the slot longer than this is logged (a write transaction takes milliseconds).
-const SLOW_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+const SLOW_WAIT: Duration = Duration::from_secs(1);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     held: bool,
     lifecycle: VecDeque<oneshot::Sender<SlotGuard>>,
     admission: VecDeque<oneshot::Sender<SlotGuard>>,
-    streak: u32,
+    /// Decayed seconds the slot was held by admissions and by lifecycle writers.
+    admission_secs: f64,
+    lifecycle_secs: f64,
+    decayed_at: Instant,
+}
+
+impl State {
+    /// Counts a finished hold and brings both sums to now.
+    fn count(&mut self, priority: Priority, held: Duration) {
+        let now = Instant::now();
+        let factor = (-(now - self.decayed_at).as_secs_f64() / SHARE_WINDOW.as_secs_f64()).exp();
+        self.admission_secs *= factor;
+        self.lifecycle_secs *= factor;
+        self.decayed_at = now;
+        match priority {
+            Priority::Admission => self.admission_secs += held.as_secs_f64(),
+            Priority::Lifecycle => self.lifecycle_secs += held.as_secs_f64(),
+        }
+    }
+
+    fn admission_share(&self) -> f64 {
+        let total = self.admission_secs + self.lifecycle_secs;
+        if total <= 0.0 { 0.0 } else { self.admission_secs / total }
+    }
 }
 
 /// See the module documentation.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WriteSlot {
     state: Mutex<State>,
+    /// Most of the slot's holding time admissions get while lifecycle writers wait (0..1).
+    admission_share: f64,
     /// Times the slot was granted: the WAL checkpointer's measure of whether anyone wrote lately.
     grants: AtomicU64,
+}
+
+impl Default for WriteSlot {
+    fn default() -> Self {
+        Self::new(DEFAULT_ADMISSION_SHARE)
+    }
 }
 
 /// Holds the slot; dropping it hands the slot to the next waiter.
 #[derive(Debug)]
 pub struct SlotGuard {
     slot: Option<Arc<WriteSlot>>,
+    priority: Priority,
+    since: Instant,
 }
 
 impl WriteSlot {
+    /// `admission_share`: see [`WriteSlot`]'s field (clamped to 0.01..=1).
+    pub fn new(admission_share: f64) -> Self {
+        Self {
+            state: Mutex::new(State {
+                held: false,
+                lifecycle: VecDeque::new(),
+                admission: VecDeque::new(),
+                admission_secs: 0.0,
+                lifecycle_secs: 0.0,
+                decayed_at: Instant::now(),
+            }),
+            admission_share: admission_share.clamp(0.01, 1.0),
+            grants: AtomicU64::new(0),
+        }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn guard(self: &Arc<Self>, priority: Priority) -> SlotGuard {
+        self.grants.fetch_add(1, Ordering::Relaxed);
+        SlotGuard { slot: Some(self.clone()), priority, since: Instant::now() }
     }
 
     /// Waits for the slot. Cancel-safe: a waiter dropped before or after being handed the slot passes
@@ -63,9 +127,7 @@ impl WriteSlot {
             let mut state = self.state();
             if !state.held {
                 state.held = true;
-                self.grants.fetch_add(1, Ordering::Relaxed);
-                state.streak = if priority == Priority::Lifecycle { state.streak + 1 } else { 0 };
-                return SlotGuard { slot: Some(self.clone()) };
+                return self.guard(priority);
             }
             let (tx, rx) = oneshot::channel();
             match priority {
@@ -74,7 +136,7 @@ impl WriteSlot {
             }
             rx
         };
-        let since = std::time::Instant::now();
+        let since = Instant::now();
         match waiting.await {
             Ok(guard) => {
                 // A writer holding the slot while it waits for something that needs the slot stalls
@@ -91,15 +153,15 @@ impl WriteSlot {
         }
     }
 
-    /// The slot if it is free and nobody waits for it; never waits.
+    /// The slot if it is free and nobody waits for it; never waits. Its holding time counts as the
+    /// lifecycle's (the WAL checkpointer uses it).
     pub fn try_acquire(self: &Arc<Self>) -> Option<SlotGuard> {
         let mut state = self.state();
         if state.held || !state.lifecycle.is_empty() || !state.admission.is_empty() {
             return None;
         }
         state.held = true;
-        self.grants.fetch_add(1, Ordering::Relaxed);
-        Some(SlotGuard { slot: Some(self.clone()) })
+        Some(self.guard(Priority::Lifecycle))
     }
 
     /// How many times the slot has been granted so far.
@@ -107,24 +169,24 @@ impl WriteSlot {
         self.grants.load(Ordering::Relaxed)
     }
 
-    /// Passes the slot to the next waiter, or frees it.
-    fn release(self: &Arc<Self>) {
+    /// Counts the hold that ends and passes the slot to the next waiter, or frees it.
+    fn release(self: &Arc<Self>, priority: Priority, held: Duration) {
         let mut state = self.state();
+        state.count(priority, held);
         loop {
-            let admission_turn = !state.admission.is_empty() && (state.lifecycle.is_empty() || state.streak >= LIFECYCLE_STREAK);
-            let next = if admission_turn {
-                state.streak = 0;
-                state.admission.pop_front()
+            let admission_turn =
+                !state.admission.is_empty() && (state.lifecycle.is_empty() || state.admission_share() < self.admission_share);
+            let (next, priority) = if admission_turn {
+                (state.admission.pop_front(), Priority::Admission)
             } else {
-                state.streak += 1;
-                state.lifecycle.pop_front()
+                (state.lifecycle.pop_front(), Priority::Lifecycle)
             };
             let Some(next) = next else {
                 state.held = false;
                 return;
             };
             // A waiter that gave up returns the guard: disarm it (we still hold the slot) and try the next.
-            if let Err(mut unwanted) = next.send(SlotGuard { slot: Some(self.clone()) }) {
+            if let Err(mut unwanted) = next.send(SlotGuard { slot: Some(self.clone()), priority, since: Instant::now() }) {
                 unwanted.slot = None;
             } else {
                 self.grants.fetch_add(1, Ordering::Relaxed);
@@ -137,7 +199,7 @@ impl WriteSlot {
 impl Drop for SlotGuard {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            slot.release();
+            slot.release(self.priority, self.since.elapsed());
         }
     }
 }
@@ -145,31 +207,74 @@ impl Drop for SlotGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
-    #[tokio::test]
-    async fn lifecycle_writers_go_first_but_admissions_get_a_turn() {
-        let slot = Arc::new(WriteSlot::default());
+    /// Holds the slot with `first` for `first_hold`, queues `waiters` (index, priority, hold) in this
+    /// order meanwhile, and returns the order in which they got it.
+    async fn grant_order(first: Priority, first_hold: Duration, waiters: Vec<(usize, Priority, Duration)>) -> Vec<usize> {
+        let slot = Arc::new(WriteSlot::new(0.2));
         let order = Arc::new(Mutex::new(Vec::new()));
-        let held = slot.acquire(Priority::Lifecycle).await;
+        let held = slot.acquire(first).await;
+        let started = Instant::now();
         let mut tasks = Vec::new();
-        for (i, priority) in [(0, Priority::Admission)].into_iter().chain((1..=10).map(|i| (i, Priority::Lifecycle))) {
+        for (i, priority, hold) in waiters {
             let (slot, order) = (slot.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
                 let _guard = slot.acquire(priority).await;
                 order.lock().unwrap_or_else(|p| p.into_inner()).push(i);
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                tokio::time::sleep(hold).await;
             }));
             // Queue them in this order.
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        tokio::time::sleep(first_hold.saturating_sub(started.elapsed())).await;
         drop(held);
         for task in tasks {
             task.await.ok();
         }
-        let order = order.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        // The holder counted as the first of the streak: 7 more lifecycle grants, then the admission.
-        assert_eq!(order, vec![1, 2, 3, 4, 5, 6, 7, 0, 8, 9, 10]);
+        order.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    #[tokio::test]
+    async fn an_admission_that_had_its_share_waits_for_the_lifecycle_writers() {
+        // 60 ms of admission, then ten 2 ms lifecycle writes: the admission share never falls to 20 %
+        // while they wait, so they all go first.
+        let lifecycle = (1..=10).map(|i| (i, Priority::Lifecycle, Duration::from_millis(2)));
+        let order = grant_order(
+            Priority::Admission,
+            Duration::from_millis(60),
+            std::iter::once((0, Priority::Admission, Duration::ZERO)).chain(lifecycle).collect(),
+        )
+        .await;
+        assert_eq!(order, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0]);
+    }
+
+    #[tokio::test]
+    async fn an_admission_under_its_share_goes_before_waiting_lifecycle_writers() {
+        let order = grant_order(
+            Priority::Lifecycle,
+            Duration::from_millis(30),
+            vec![
+                (1, Priority::Lifecycle, Duration::ZERO),
+                (0, Priority::Admission, Duration::ZERO),
+                (2, Priority::Lifecycle, Duration::ZERO),
+            ],
+        )
+        .await;
+        assert_eq!(order, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn the_shares_count_holding_time_and_fade_with_age() {
+        let slot = WriteSlot::new(0.2);
+        let mut state = slot.state();
+        state.count(Priority::Admission, Duration::from_millis(10));
+        state.count(Priority::Lifecycle, Duration::from_millis(30));
+        assert!((state.admission_share() - 0.25).abs() < 0.01, "{}", state.admission_share());
+        // One window later both sums weigh 1/e: the share is the same, the next hold weighs more.
+        state.decayed_at -= SHARE_WINDOW;
+        state.count(Priority::Lifecycle, Duration::from_millis(40) / 3);
+        let expected = 10.0 / std::f64::consts::E / (40.0 / std::f64::consts::E + 40.0 / 3.0);
+        assert!((state.admission_share() - expected).abs() < 0.01, "{} vs {expected}", state.admission_share());
     }
 
     #[tokio::test]
