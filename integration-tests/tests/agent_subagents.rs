@@ -155,6 +155,19 @@ async fn two_parallel_subagents(backend: Backend) -> anyhow::Result<()> {
         let of: Vec<&SubagentEvent> = sub.iter().filter(|(t, _)| *t == kid.parent_task_id).map(|(_, s)| s).collect();
         let phases: Vec<SubagentPhase> = of.iter().map(|s| s.phase()).collect();
         assert_eq!(phases.first(), Some(&SubagentPhase::Start), "{phases:?}");
+        assert_eq!(
+            phases.iter().filter(|p| **p == SubagentPhase::Start).count(),
+            1,
+            "one START (written with the child's admission): {phases:?}"
+        );
+        assert_eq!(of[0].description, format!("work {}", kid.parent_task_id), "{:?}", of[0]);
+        // After the call's TOOL_STARTED, though written by another transaction.
+        let tool_started =
+            events.iter().position(|e| matches!(&e.kind, Some(Kind::ToolStarted(t)) if t.tool_call_id == kid.parent_task_id));
+        let start = events.iter().position(
+            |e| matches!(&e.kind, Some(Kind::Subagent(s)) if s.task_id == kid.parent_task_id && s.phase() == SubagentPhase::Start),
+        );
+        assert!(tool_started.is_some() && tool_started < start, "TOOL_STARTED at {tool_started:?}, START at {start:?}");
         assert_eq!(phases.last(), Some(&SubagentPhase::End), "{phases:?}");
         assert!(phases.contains(&SubagentPhase::Step), "{phases:?}");
         assert!(of.iter().all(|s| s.child_run_id == kid.run_id && s.task_id == kid.parent_task_id));

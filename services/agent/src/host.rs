@@ -73,6 +73,9 @@ pub enum SubagentUpdate {
         child_run_id: String,
         attempt: u32,
         model_name: String,
+        /// The host wrote the parent's `subagent` START event itself (in the child's admission
+        /// transaction, one commit sooner); the `task` call writes it otherwise.
+        announced: bool,
     },
     /// The child produced an assistant message.
     Step {

@@ -12,8 +12,9 @@
 //! - a cancel of the parent reaches the child (`cancel::cancel_children`), and a parent that stops
 //!   for any reason stops its children (see [`watch_parent`]): interrupted with it, or released for
 //!   the parent's next owner to take over when the parent lost or released its lease;
-//! - the parent's stream gets START / STEP / END `subagent` events (written by the `task` tool from
-//!   the updates sent here), and the child can be joined on its own.
+//! - the parent's stream gets START / STEP / END `subagent` events (the first START written with the
+//!   child's admission, the rest by the `task` tool from the updates sent here), and the child can be
+//!   joined on its own.
 //!
 //! Deadlock-free by construction: the parent's `task` call only waits on a channel; nothing it holds
 //! (a write-slot guard, a transaction, a pooled connection) is held while a child runs, and this
@@ -41,7 +42,7 @@ use crate::lifecycle::{
 };
 use crate::store::entity::{checkpoints, run_inputs, runs, threads, tool_effects};
 use crate::store::now_ms;
-use crate::stream::{Subscription, insert_rows};
+use crate::stream::{Subscription, Writer, append_many, insert_rows};
 
 /// Updates queued for the parent's `task` call before the driver waits (the call reads them as they
 /// come; a full queue makes the driver wait, never the child, which keeps running and writing).
@@ -151,6 +152,8 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
                         child_run_id: child_id.clone(),
                         attempt: run.attempt as u32,
                         model_name: run.model_name.clone(),
+                        // Admitted here: its admission wrote the parent's START event.
+                        announced: first && !found,
                     };
                     // A closed channel means the parent's call stopped; the watcher stops the child.
                     let _ = tx.send(update).await;
@@ -187,7 +190,8 @@ async fn pause(parent: &Parent, period: Duration) {
 
 /// The child run of `call`: the one an earlier attempt of the parent admitted (true), or a new one,
 /// admitted in one transaction with the `task` call's journal intent (the intent is never durable
-/// without its child, nor the child without it) and started in it (RUNNING under this worker). None
+/// without its child, nor the child without it) and the parent's `subagent` START event, and started
+/// in it (RUNNING under this worker). None
 /// when the parent is no longer RUNNING under this worker (checked in that transaction, as every
 /// journal write is).
 async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<Option<(runs::Model, bool)>, RunsError> {
@@ -198,7 +202,11 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
             .one(engine.store.db())
             .await
     };
-    if let Some(existing) = find().await? {
+    // Only an earlier attempt of the parent can have admitted this task's child; on the first, a
+    // duplicate (the same call id twice) is caught by the unique index below, so no read is spent.
+    if parent.attempt > 1
+        && let Some(existing) = find().await?
+    {
         return Ok(Some((existing, true)));
     }
     let now = now_ms();
@@ -251,6 +259,13 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
         antler_proto::runs::MultitaskStrategy::Reject,
         now,
     );
+    let start = Kind::Subagent(antler_agent::lead::tools::task::start_event(
+        &call.task_id,
+        &call.subagent_type,
+        &call.description,
+        &run_id,
+        planned.run.model_name.clone(),
+    ));
     let intent = tool_effects::Model {
         run_id: parent.run_id.clone(),
         tool_call_id: call.task_id.clone(),
@@ -266,15 +281,14 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
         .store
         .retry_busy(|| async {
             let tx = engine.store.tx().await?;
-            let owned = runs::Entity::find_by_id(parent.run_id.clone())
-                .filter(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
-                .filter(runs::Column::Status.eq(RUNNING))
-                .one(&*tx)
-                .await?
-                .is_some();
-            if !owned {
+            // The parent's START event, first: its UPDATE checks that the parent is still this
+            // worker's (as every journal write does), and written here it is durable with the child
+            // (one commit sooner than the `task` call could write it).
+            let Some(announced) =
+                append_many(&*tx, &parent.run_id, &parent.thread_id, Writer::Owner(&engine.worker_id), vec![start.clone()]).await?
+            else {
                 return Ok(None);
-            }
+            };
             // An intent an earlier attempt of the parent wrote stays as it was.
             tool_effects::Entity::insert(tool_effects::ActiveModel::from(intent.clone()))
                 .on_conflict_do_nothing_on([tool_effects::Column::RunId, tool_effects::Column::ToolCallId])
@@ -290,13 +304,14 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
             // child is under way one commit sooner (`drive` executes a RUNNING child it admitted).
             let started = start::start_in(&*tx, engine, std::slice::from_ref(&run_id)).await?.pop();
             tx.commit().await?;
-            Ok::<_, RunsError>(Some(started))
+            Ok::<_, RunsError>(Some((started, announced)))
         })
         .await;
     match written {
         Ok(None) => Ok(None),
-        Ok(Some(started)) => {
+        Ok(Some((started, announced))) => {
             engine.secrets.share(&parent.run_id, &run_id);
+            engine.hub.publish(&announced);
             engine.hub.publish(std::slice::from_ref(&planned.first));
             metrics::counter!("antler_runs_admitted_total", "strategy" => "SUBAGENT").increment(1);
             start::count_started(usize::from(started.is_some()));

@@ -175,11 +175,13 @@ impl Tool for Task {
                 match update {
                     // The parent's attempt is stopping (cancel, fencing, shutdown).
                     None => return Err(ToolError::Stopping),
-                    Some(SubagentUpdate::Started { child_run_id, attempt, model_name }) => {
+                    Some(SubagentUpdate::Started { child_run_id, attempt, model_name, announced }) => {
                         tracing::info!(run_id = %ctx.spec.run_id, task_id = %call.id, %child_run_id, attempt, "subagent started");
                         child = child_run_id;
-                        let start = SubagentEvent { description: description.clone(), model_name, ..event(SubagentPhase::Start, &child) };
-                        ctx.emit(Kind::Subagent(start)).await.map_err(stopping)?;
+                        if !announced {
+                            let start = start_event(&call.id, &subagent_type, &description, &child, model_name);
+                            ctx.emit(Kind::Subagent(start)).await.map_err(stopping)?;
+                        }
                     }
                     Some(SubagentUpdate::Step { message }) => {
                         if let Some(usage) = &message.usage {
@@ -212,6 +214,20 @@ impl Tool for Task {
                 }
             }
         })
+    }
+}
+
+/// The parent's `subagent` START event of a task (written by the host when it admits the child, or
+/// by the `task` call on a takeover).
+pub fn start_event(task_id: &str, subagent_type: &str, description: &str, child_run_id: &str, model_name: String) -> SubagentEvent {
+    SubagentEvent {
+        task_id: task_id.to_owned(),
+        phase: SubagentPhase::Start as i32,
+        subagent_type: subagent_type.to_owned(),
+        child_run_id: child_run_id.to_owned(),
+        description: description.to_owned(),
+        model_name,
+        ..SubagentEvent::default()
     }
 }
 
