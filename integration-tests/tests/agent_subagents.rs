@@ -541,3 +541,30 @@ async fn a_subagent_gets_its_parent_s_secrets_and_nothing_shows_them() -> anyhow
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bash_subagent_is_refused_where_the_sandbox_runs_no_commands() -> anyhow::Result<()> {
+    let double = LlmDouble::start_routed(
+        vec![
+            route("LEAD count", vec![Turn::tools("", vec![task("t-x", "bash", "CHILD-X count the files")]), Turn::text("Could not.")]),
+            route("CHILD-X", vec![Turn::text("counted")]),
+        ],
+        AfterLast::Refuse,
+    )
+    .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    // The local provider without allow_host_bash: ExecuteCommand is refused, as DeerFlow's host bash gate.
+    let config = agent_config(&db, &double.models_yaml(), "").replace("allow_host_bash: true", "allow_host_bash: false");
+    let server = antler_integration_tests::start("antler", antler_integration_tests::Launch::new(["up"]).config(config))?;
+    let (mut runs, _) = clients(&server).await?;
+    let run = run_to_end(&mut runs, delegating("LEAD count the files"), T).await?;
+    assert_eq!(run.status(), RunStatus::Success, "{:?}\n{}", run.error, server.stderr());
+    let lead = double.requests_of("LEAD count");
+    assert_eq!(lead.len(), 2);
+    let results = tool_results(&lead[1]);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(results[0].1.contains("the bash subagent runs shell commands, and this sandbox refuses them"), "{results:?}");
+    assert!(double.requests_of("CHILD-X").is_empty(), "no child conversation");
+    assert!(children(&mut runs, &run.run_id).await?.is_empty(), "no child run admitted");
+    Ok(())
+}

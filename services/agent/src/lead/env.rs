@@ -19,8 +19,9 @@ use crate::AgentContext;
 #[derive(Debug)]
 pub struct RunEnv {
     pub ctx: AgentContext,
-    /// The sandbox id, once acquired (lazily: a run that never touches a file never acquires one).
-    sandbox: OnceCell<String>,
+    /// The sandbox id and whether it runs commands, once acquired (lazily: a run that never touches
+    /// a file never acquires one).
+    sandbox: OnceCell<(String, bool)>,
     /// Paths passed to `present_files`, in order, without duplicates.
     presented: Mutex<Vec<String>>,
     /// Set by a middleware that ends the run early (`loop_capped`, `clarification`, …).
@@ -123,9 +124,9 @@ impl RunEnv {
             .get_or_try_init(|| async {
                 let request = client.request(&self.ctx.call_context(), AcquireSandboxRequest { thread_id: self.thread_id().to_owned() });
                 let response = grpc.acquire_sandbox(request).await.map_err(ToolError::Sandbox)?.into_inner();
-                let id = response.sandbox.map(|s| s.sandbox_id).unwrap_or_default();
-                tracing::debug!(run_id = %self.ctx.spec.run_id, sandbox_id = %id, "sandbox acquired");
-                Ok::<_, ToolError>(id)
+                let (id, exec_enabled) = response.sandbox.map(|s| (s.sandbox_id, s.exec_enabled)).unwrap_or_default();
+                tracing::debug!(run_id = %self.ctx.spec.run_id, sandbox_id = %id, exec_enabled, "sandbox acquired");
+                Ok::<_, ToolError>((id, exec_enabled))
             })
             .await?;
         Ok((grpc, client))
@@ -133,7 +134,14 @@ impl RunEnv {
 
     /// The sandbox id if one was acquired during this attempt.
     pub fn sandbox_id(&self) -> Option<String> {
-        self.sandbox.get().cloned()
+        self.sandbox.get().map(|(id, _)| id.clone())
+    }
+
+    /// Whether the thread's sandbox runs commands (acquiring it on first use): false for the `local`
+    /// provider without `sandbox.allow_host_bash`.
+    pub async fn exec_enabled(&self) -> Result<bool, ToolError> {
+        self.sandbox().await?;
+        Ok(self.sandbox.get().is_some_and(|(_, enabled)| *enabled))
     }
 
     /// Releases the sandbox if this attempt acquired one, killing commands still running in it (a

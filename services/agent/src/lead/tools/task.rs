@@ -142,6 +142,12 @@ impl Tool for Task {
                 tracing::info!(run_id = %ctx.spec.run_id, task_id = %call.id, "subagent result reused from the journal");
                 return Ok(ToolOutput { text: result, is_error, outcome_unknown: false });
             }
+            // DeerFlow hides and refuses the `bash` subagent where host bash is off; here the sandbox
+            // says whether it runs commands (it is acquired on first use, after the prompt was built,
+            // so the type stays listed and is refused at the call).
+            if subagent_type == "bash" && !env.exec_enabled().await.unwrap_or(false) {
+                return Ok(ToolOutput::error(BASH_REFUSED));
+            }
             // The journal intent is written by the host together with the child's admission.
             let arguments = serde_json::Value::Object(args.0.clone()).to_string();
             let lead_model = ctx.spec.request.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
@@ -216,6 +222,11 @@ impl Tool for Task {
         })
     }
 }
+
+/// What a `bash` task gets when the sandbox refuses commands.
+pub const BASH_REFUSED: &str = "Error: the bash subagent runs shell commands, and this sandbox refuses them (the local provider \
+     without sandbox.allow_host_bash is not an isolation boundary). Use the general-purpose subagent, or ask an operator to \
+     use the bwrap provider.";
 
 /// The parent's `subagent` START event of a task (written by the host when it admits the child, or
 /// by the `task` call on a takeover).
