@@ -8,8 +8,8 @@
 //! its item is completed, so the todo middleware's reminder never sends the lead round again), then
 //! `task` (a custom subagent type `quick` on its own replay model, which answers at once), then
 //! answers. A run with more than one `task` call is refused, not measured. Measured from the parent's TOOL_STARTED of `task`:
-//! - spawn → START: the child run admitted (one transaction: its thread, run row, first event),
-//!   started through `try_start`, and its START event durable in the parent's log;
+//! - spawn → START: the child run admitted, started through `try_start`'s compare-and-set, and the
+//!   parent's START event written, all in one transaction (with its thread, run row and first event);
 //! - spawn → first STEP: the child's agent built, its input written, one model call, its checkpoint,
 //!   and the assistant message relayed to the parent's log;
 //! - spawn → END: the child finalized and the parent's END event (with the result and usage) written.
