@@ -290,8 +290,9 @@ async fn completion_phase(backend: Backend, window: Duration) -> Result<Vec<Stri
             drained / took.as_secs_f64().max(1e-9)
         ),
         format!(
-            "{backend:?} completion under a c=64 flood ({:.0} admissions/s): {completed:>7.0} runs/s = {:.0} % of alone; {slots:.1} of 32 slots busy while runs waited; {backlog} PENDING at the end",
+            "{backend:?} completion under a c=64 flood ({:.0} admissions/s, {} refused at the backlog limit): {completed:>7.0} runs/s = {:.0} % of alone; {slots:.1} of 32 slots busy while runs waited; {backlog} PENDING at the end",
             flood.per_sec,
+            flood.refused,
             100.0 * completed / reference.max(1e-9)
         ),
     ];
