@@ -89,8 +89,10 @@ struct Clock {
 
 enum AttemptEnd {
     Finished(Box<Outcome>),
-    /// Failed before delivering anything, so it may be retried: the request body comes back with it.
-    Failed(UpstreamError, Bytes),
+    /// Failed before delivering anything, so it may be retried: with the request body when it failed
+    /// before the upstream answered (None: the body was dropped once the stream opened, see
+    /// [`Gateway::attempt`], and a retry prepares it again).
+    Failed(UpstreamError, Option<Bytes>),
     Interrupted,
 }
 
@@ -247,10 +249,14 @@ impl Gateway {
             };
 
             let max_attempts = model.spec.max_retries + 1;
-            let mut body = body;
+            let mut body = Some(body);
             for attempt in 1..=max_attempts {
                 attempts += 1;
-                let error = match self.attempt(call, requested, &model, body, sink, &mut clock, attempts).await {
+                let body_now = match body.take() {
+                    Some(body) => body,
+                    None => prepare(&model, call)?,
+                };
+                let error = match self.attempt(call, requested, &model, body_now, sink, &mut clock, attempts).await {
                     AttemptEnd::Finished(outcome) => return Ok(*outcome),
                     AttemptEnd::Interrupted => return Err(ModelError::Cancelled),
                     AttemptEnd::Failed(error, returned) => {
@@ -312,17 +318,20 @@ impl Gateway {
         clock.upstream += waited.elapsed();
         let attempt = match opened {
             Err(Interrupted) => return AttemptEnd::Interrupted,
-            Ok(Err(error)) => return AttemptEnd::Failed(named(error), body),
+            Ok(Err(error)) => return AttemptEnd::Failed(named(error), Some(body)),
             Ok(Ok(attempt)) => attempt,
         };
+        // The upstream has the request: keeping its body (system prompt, tool schemas, history; ~5 KiB
+        // for the lead agent) for a retry cost every call waiting on a slow model that much for its
+        // whole wait. A retry, rare, serialises it again from `call`.
+        drop(body);
         let request_id = attempt.request_id;
         let mut events = attempt.events;
 
         let mut assembler = Assembler::new();
         let mut out = Vec::new();
-        // Held only until the stream delivers something: nothing can be retried after that, and a
-        // long stream would otherwise keep its whole request (tool schemas, history) for nothing.
-        let mut body = Some(body);
+        // Nothing can be retried once the stream delivered something.
+        let mut delivered = false;
         let mut first_token: Option<Duration> = None;
         let mut last_event = Instant::now();
         let chunk_timeout = model.spec.timeouts.chunk;
@@ -364,16 +373,16 @@ impl Gateway {
                         }
                     }
                     clock.client += blocked.elapsed();
-                    body = None;
+                    delivered = true;
                 }
             }
         };
         // Dropping the stream here closes the upstream connection if it is still open.
         drop(events);
 
-        let error = match (failure, body) {
-            (Some(error), Some(body)) => return AttemptEnd::Failed(named(error), body),
-            (Some(error), None) => Some(ModelError::Upstream(named(error))),
+        let error = match (failure, delivered) {
+            (Some(error), false) => return AttemptEnd::Failed(named(error), None),
+            (Some(error), true) => Some(ModelError::Upstream(named(error))),
             (None, _) => None,
         };
         let assembled = assembler.finish(&mut out);

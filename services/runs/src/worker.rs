@@ -178,6 +178,92 @@ pub(crate) async fn execute_with(engine: &Arc<Engine>, run: runs::Model, resumed
     metrics::gauge!("antler_runs_active").increment(1.0);
     let keep_alive = tokio::spawn(lease::keep_alive(engine.clone(), run.run_id.clone(), local.clone()));
 
+    // Boxed: what it holds while it loads the request and the checkpoint (the request, the decoded
+    // checkpoint, the spec) would otherwise take room in this future for the whole run, since an
+    // async fn is as large as its largest await.
+    let Prepared { declared, limit, timer, agent } = Box::pin(prepare(engine, &run, resumed, &local)).await;
+    let outcome = match agent {
+        Err(outcome) => *outcome,
+        Ok((running, host)) => {
+            let outcome = running.await;
+            // Subagent runs end before their parent is finalized.
+            host.join_children().await;
+            match outcome {
+                Ok(outcome) => outcome,
+                Err(join) => Outcome::Failed(RunError {
+                    code: "agent_panicked".to_owned(),
+                    message: join.to_string(),
+                    retryable: false,
+                    details: None,
+                }),
+            }
+        }
+    };
+
+    // Boxed for the same reason as `prepare`.
+    Box::pin(conclude(engine, &run, &declared, (limit, timer), &local, outcome)).await;
+    local.token.cancel();
+    keep_alive.abort();
+    engine.local.lock().unwrap_or_else(|p| p.into_inner()).remove(&run.run_id);
+    metrics::gauge!("antler_runs_active").decrement(1.0);
+    engine.secrets.forget(&run.run_id);
+}
+
+/// Checks the outputs of a completed attempt, names how it ended (a cancel or the time limit stops
+/// it as such), and finalizes the run unless the attempt no longer owns it.
+async fn conclude(
+    engine: &Arc<Engine>,
+    run: &runs::Model,
+    declared: &[String],
+    (limit, timer): (Duration, tokio::task::JoinHandle<()>),
+    local: &LocalRun,
+    outcome: Outcome,
+) {
+    let outcome = match outcome {
+        Outcome::Completed { stop_reason, outputs } => Box::pin(verify_outputs(engine, run, declared, stop_reason, outputs)).await,
+        other => other,
+    };
+    timer.abort();
+    let outcome = match local.cause() {
+        Some(StopCause::Cancel) => match outcome {
+            Outcome::Failed(_) | Outcome::Cancelled { .. } => Outcome::Cancelled { outputs: Outputs::default() },
+            completed => completed,
+        },
+        // An agent that finished anyway keeps its outcome; one stopped by the limit times out.
+        Some(StopCause::Timeout) => match outcome {
+            Outcome::Failed(_) | Outcome::Cancelled { .. } => Outcome::TimedOut { limit, outputs: Outputs::default() },
+            completed => completed,
+        },
+        _ => outcome,
+    };
+    match local.cause() {
+        // Fenced or released: another worker owns the run's future. Write nothing.
+        Some(StopCause::Fenced) | Some(StopCause::Release) => {
+            tracing::info!(run_id = %run.run_id, "stopped without finalizing (lease lost or released)")
+        }
+        _ => match Box::pin(finalize::finalize(engine, run, declared, outcome)).await {
+            Ok(Some(events)) => engine.hub.publish(&events),
+            Ok(None) => tracing::info!(run_id = %run.run_id, "fenced at finalization: nothing written"),
+            Err(error) => {
+                tracing::error!(run_id = %run.run_id, %error, "finalization failed; the sweeper closes the run after its lease expires")
+            }
+        },
+    }
+}
+
+/// What [`prepare`] leaves for the rest of an attempt.
+struct Prepared {
+    declared: Vec<String>,
+    limit: Duration,
+    /// Stops the attempt at its wall-clock limit.
+    timer: tokio::task::JoinHandle<()>,
+    /// The agent's task and its host, or the outcome that stopped the attempt before it.
+    agent: Result<(tokio::task::JoinHandle<Outcome>, Arc<RunHost>), Box<Outcome>>,
+}
+
+/// Decodes the stored request, starts the wall-clock timer, loads the resume point and the input,
+/// and starts the agent.
+async fn prepare(engine: &Arc<Engine>, run: &runs::Model, resumed: bool, local: &LocalRun) -> Prepared {
     // A stored request that does not decode fails the run: running an empty request in its place
     // would do something nobody asked for.
     let decoded = CreateRunRequest::decode(run.request.as_slice());
@@ -211,108 +297,64 @@ pub(crate) async fn execute_with(engine: &Arc<Engine>, run: runs::Model, resumed
             local.stop(StopCause::Timeout);
         }
     });
-    let outcome = if let Some(error) = corrupt {
-        Outcome::Failed(error)
+    let agent = if let Some(error) = corrupt {
+        Err(Box::new(Outcome::Failed(error)))
     } else {
-        // The larger steps before and after the agent are boxed: an async fn is as large as its
-        // largest await, and this one waits (on the agent) for the whole run.
-        match (Box::pin(resume_point(engine, &run, resumed)).await, Box::pin(load_input(engine, &run.run_id, &mut request)).await) {
-            (Err(error), _) | (_, Err(error)) => {
-                Outcome::Failed(RunError { code: "resume_failed".to_owned(), message: error.to_string(), retryable: true, details: None })
-            }
-            (Ok(resume_from), Ok(())) => {
-                let secrets = engine.secrets.for_attempt(&run.run_id, request.secrets.keys().cloned().collect());
-                if !secrets.missing().is_empty() {
-                    tracing::warn!(
-                        run_id = %run.run_id,
-                        missing = ?secrets.missing(),
-                        "this attempt runs without the run's secrets: they were never stored and were held by the replica that admitted the run"
-                    );
-                }
-                let spec = RunSpec {
-                    run_id: run.run_id.clone(),
-                    thread_id: run.thread_id.clone(),
-                    user_id: run.user_id.clone(),
-                    attempt: run.attempt as u32,
-                    request,
-                    secrets,
-                    resume_from,
-                    resumed,
-                    tokens_before: <antler_proto::runs::RunUsage as prost::Message>::decode(run.usage.as_slice())
-                        .map(|u| u.total_tokens)
-                        .unwrap_or(0),
-                };
-                match engine.agents.build(&spec) {
-                    Ok(agent) => {
-                        let n = engine.constructed.fetch_add(1, Ordering::SeqCst) + 1;
-                        tracing::info!(run_id = %run.run_id, constructed_total = n, "agent constructed");
-                        let ids = RunIds {
-                            run_id: spec.run_id.clone(),
-                            thread_id: spec.thread_id.clone(),
-                            user_id: spec.user_id.clone(),
-                            attempt: spec.attempt,
-                        };
-                        let inherit = Inherited {
-                            secret_names: spec.request.secrets.keys().cloned().collect(),
-                            context: spec.request.config.as_ref().and_then(|c| c.context.clone()),
-                        };
-                        let host = std::sync::Arc::new(RunHost::inheriting(engine.clone(), ids, local.clone(), inherit));
-                        let ctx = AgentContext::new(spec, host.clone(), local.token.clone(), engine.clients.clone());
-                        // A panicking agent must not take the worker down with it.
-                        let outcome = tokio::spawn(agent.run(ctx).instrument(tracing::Span::current())).await;
-                        // Subagent runs end before their parent is finalized.
-                        host.join_children().await;
-                        match outcome {
-                            Ok(outcome) => outcome,
-                            Err(join) => Outcome::Failed(RunError {
-                                code: "agent_panicked".to_owned(),
-                                message: join.to_string(),
-                                retryable: false,
-                                details: None,
-                            }),
-                        }
-                    }
-                    Err(error) => Outcome::Failed(error),
-                }
-            }
+        match (Box::pin(resume_point(engine, run, resumed)).await, Box::pin(load_input(engine, &run.run_id, &mut request)).await) {
+            (Err(error), _) | (_, Err(error)) => Err(Box::new(Outcome::Failed(RunError {
+                code: "resume_failed".to_owned(),
+                message: error.to_string(),
+                retryable: true,
+                details: None,
+            }))),
+            (Ok(resume_from), Ok(())) => start_agent(engine, run, request, resume_from, resumed, local),
         }
     };
+    Prepared { declared, limit, timer, agent }
+}
 
-    let outcome = match outcome {
-        Outcome::Completed { stop_reason, outputs } => Box::pin(verify_outputs(engine, &run, &declared, stop_reason, outputs)).await,
-        other => other,
-    };
-    timer.abort();
-    let outcome = match local.cause() {
-        Some(StopCause::Cancel) => match outcome {
-            Outcome::Failed(_) | Outcome::Cancelled { .. } => Outcome::Cancelled { outputs: Outputs::default() },
-            completed => completed,
-        },
-        // An agent that finished anyway keeps its outcome; one stopped by the limit times out.
-        Some(StopCause::Timeout) => match outcome {
-            Outcome::Failed(_) | Outcome::Cancelled { .. } => Outcome::TimedOut { limit, outputs: Outputs::default() },
-            completed => completed,
-        },
-        _ => outcome,
-    };
-    match local.cause() {
-        // Fenced or released: another worker owns the run's future. Write nothing.
-        Some(StopCause::Fenced) | Some(StopCause::Release) => {
-            tracing::info!(run_id = %run.run_id, "stopped without finalizing (lease lost or released)")
-        }
-        _ => match Box::pin(finalize::finalize(engine, &run, &declared, outcome)).await {
-            Ok(Some(events)) => engine.hub.publish(&events),
-            Ok(None) => tracing::info!(run_id = %run.run_id, "fenced at finalization: nothing written"),
-            Err(error) => {
-                tracing::error!(run_id = %run.run_id, %error, "finalization failed; the sweeper closes the run after its lease expires")
-            }
-        },
+/// Builds the run's agent and starts it in a task of its own (a panicking agent must not take the
+/// worker down with it). Not async: what it builds moves into that task and takes no room in the
+/// caller's future.
+fn start_agent(
+    engine: &Arc<Engine>,
+    run: &runs::Model,
+    request: CreateRunRequest,
+    resume_from: Option<Checkpoint>,
+    resumed: bool,
+    local: &LocalRun,
+) -> Result<(tokio::task::JoinHandle<Outcome>, Arc<RunHost>), Box<Outcome>> {
+    let secrets = engine.secrets.for_attempt(&run.run_id, request.secrets.keys().cloned().collect());
+    if !secrets.missing().is_empty() {
+        tracing::warn!(
+            run_id = %run.run_id,
+            missing = ?secrets.missing(),
+            "this attempt runs without the run's secrets: they were never stored and were held by the replica that admitted the run"
+        );
     }
-    local.token.cancel();
-    keep_alive.abort();
-    engine.local.lock().unwrap_or_else(|p| p.into_inner()).remove(&run.run_id);
-    metrics::gauge!("antler_runs_active").decrement(1.0);
-    engine.secrets.forget(&run.run_id);
+    let spec = RunSpec {
+        run_id: run.run_id.clone(),
+        thread_id: run.thread_id.clone(),
+        user_id: run.user_id.clone(),
+        attempt: run.attempt as u32,
+        request,
+        secrets,
+        resume_from,
+        resumed,
+        tokens_before: <antler_proto::runs::RunUsage as prost::Message>::decode(run.usage.as_slice()).map(|u| u.total_tokens).unwrap_or(0),
+    };
+    let agent = engine.agents.build(&spec).map_err(|error| Box::new(Outcome::Failed(error)))?;
+    let n = engine.constructed.fetch_add(1, Ordering::SeqCst) + 1;
+    tracing::info!(run_id = %run.run_id, constructed_total = n, "agent constructed");
+    let ids =
+        RunIds { run_id: spec.run_id.clone(), thread_id: spec.thread_id.clone(), user_id: spec.user_id.clone(), attempt: spec.attempt };
+    let inherit = Inherited {
+        secret_names: spec.request.secrets.keys().cloned().collect(),
+        context: spec.request.config.as_ref().and_then(|c| c.context.clone()),
+    };
+    let host = Arc::new(RunHost::inheriting(engine.clone(), ids, local.clone(), inherit));
+    let ctx = AgentContext::new(spec, host.clone(), local.token.clone(), engine.clients.clone());
+    Ok((tokio::spawn(agent.run(ctx).instrument(tracing::Span::current())), host))
 }
 
 /// Success cannot rest on words: what counts as produced is what the sandbox's outputs directory

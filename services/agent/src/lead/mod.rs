@@ -179,6 +179,10 @@ impl LeadAgent {
 
 impl Agent for LeadAgent {
     fn run(mut self: Box<Self>, ctx: AgentContext) -> BoxFuture<'static, Outcome> {
+        // Boxed before the future captures it: a captured value keeps its room in the future for the
+        // whole run even after `runner::run` takes it, and the context (the run's whole request
+        // among it) would be there twice while the run waits on its model.
+        let ctx = Box::new(ctx);
         Box::pin(async move {
             if self.skills_enabled {
                 self.skills = skills::discover(&ctx).await;
@@ -201,7 +205,7 @@ impl Agent for LeadAgent {
                 self.tools.retain(|name| def.allows(name));
                 self.executor = ExecuteTool { tools: self.tools.clone() };
             }
-            runner::run(&self, ctx).await
+            runner::run(&self, *ctx).await
         })
     }
 }
