@@ -168,7 +168,8 @@ pub struct DatabaseConfig {
     pub sqlite_busy_timeout_ms: u64,
     /// SQLite: the most the write-ahead log keeps on disk, in MiB. While there are writes it is
     /// rewound every half second (copied into the database, then written again from its start), and
-    /// truncated past a quarter of this; an idle writer's WAL is truncated to zero.
+    /// truncated past a quarter of this; a quiet writer's WAL (heartbeats and sweeps only) is
+    /// truncated to zero.
     pub sqlite_wal_max_mib: u64,
     /// SQLite: the most of the single writer's time that admissions (CreateRun batches) take while
     /// starts, event appends and finalizations wait for it, in percent (1..100). The rest keeps the

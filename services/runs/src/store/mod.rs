@@ -184,6 +184,8 @@ impl std::fmt::Debug for Store {
 
 /// How often the background task looks at the SQLite WAL.
 const WAL_CHECKPOINT_EVERY: Duration = Duration::from_millis(500);
+/// Most write-slot grants in one checkpoint round for the writer to count as quiet.
+const QUIET_GRANTS: u64 = 4;
 /// How long a TRUNCATE checkpoint waits for readers before giving up until the next round.
 const TRUNCATE_WAIT: Duration = Duration::from_millis(20);
 
@@ -195,9 +197,12 @@ const TRUNCATE_WAIT: Duration = Duration::from_millis(20);
 /// of the database file, and commits stall on the file system's journal meanwhile; truncating the WAL
 /// to zero made that worse, since every commit after it extends the file again (a subagent spawn's
 /// p99 went from 2.2 ms without checkpoints to 12–13 ms with a truncation every 16 MiB). So each round:
-/// - when the writer was idle (the write slot not granted since the last round), a TRUNCATE
-///   checkpoint copies the WAL and shrinks the file to zero bytes, taken only if the write slot is
-///   free: it costs nobody, and an idle service leaves no WAL on disk;
+/// - when the writer was quiet (the write slot granted at most [`QUIET_GRANTS`] times since the last
+///   round: heartbeats, lease renewals and sweeps, no run traffic), a TRUNCATE checkpoint copies the
+///   WAL and shrinks the file to zero bytes, with the write slot held: it costs a trickle of writes
+///   one short wait, and an idle service leaves no WAL on disk. (Requiring no grant at all made an
+///   idle replica keep its WAL for ever whenever its once-a-second heartbeat and sweep fell in
+///   alternate half-seconds: every round saw one of them.)
 /// - when there were writes, a PASSIVE checkpoint copies the WAL while writers go on, then the
 ///   checkpointer takes the write slot like any writer (so no frame is appended meanwhile) for a
 ///   RESTART checkpoint, which copies what was appended in between (waiting at most
@@ -223,17 +228,14 @@ async fn checkpoint_wal(
             () = stop.cancelled() => return,
         }
         let grants = slot.grants();
-        let idle = grants == last_grants;
+        let quiet = grants - last_grants <= QUIET_GRANTS;
         last_grants = grants;
         let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
         if size == 0 {
             continue;
         }
-        let (mode, _guard) = if idle && size < truncate_at {
-            match slot.try_acquire() {
-                Some(guard) => ("TRUNCATE", guard),
-                None => continue,
-            }
+        let (mode, _guard) = if quiet && size < truncate_at {
+            ("TRUNCATE", slot.acquire(Priority::Lifecycle).await)
         } else {
             match wal_checkpoint(&conn, "PASSIVE").await {
                 // Nothing appended since the last rewind.

@@ -153,17 +153,6 @@ impl WriteSlot {
         }
     }
 
-    /// The slot if it is free and nobody waits for it; never waits. Its holding time counts as the
-    /// lifecycle's (the WAL checkpointer uses it).
-    pub fn try_acquire(self: &Arc<Self>) -> Option<SlotGuard> {
-        let mut state = self.state();
-        if state.held || !state.lifecycle.is_empty() || !state.admission.is_empty() {
-            return None;
-        }
-        state.held = true;
-        Some(self.guard(Priority::Lifecycle))
-    }
-
     /// How many times the slot has been granted so far.
     pub fn grants(&self) -> u64 {
         self.grants.load(Ordering::Relaxed)
