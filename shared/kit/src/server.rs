@@ -216,13 +216,15 @@ pub async fn serve_with_tls(
     // drain it keeps answering NOT_SERVING, as the main listener does.
     let health_only = CancellationToken::new();
     let _stop_health_only = health_only.clone().drop_guard();
-    if let Some(addr) = config.health_listen_addr()? {
-        let listener = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
-        let mut only = RoutesBuilder::default();
-        only.add_service(health.clone());
-        tokio::spawn(serve_health_only(listener, only.routes(), health_only.clone()));
-    }
+    // Bound now (a taken port fails the start), served only once the statuses say SERVING below: a
+    // checker that connected early waits for its answer instead of reading NOT_SERVING from a server
+    // about to serve.
+    let health_only_listener = match config.health_listen_addr()? {
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?),
+        None => None,
+    };
     let drains = tokio::spawn(futures::future::join_all(drains));
+    let health_for_only = health.clone();
     routes.add_service(health).add_service(reflection_v1).add_service(reflection_v1alpha);
 
     let mut builder = tonic::transport::Server::builder();
@@ -261,6 +263,11 @@ pub async fn serve_with_tls(
 
     // The listener is bound and accepting from here on.
     set_all(&reporter, &names, ServingStatus::Serving).await;
+    if let Some(listener) = health_only_listener {
+        let mut only = RoutesBuilder::default();
+        only.add_service(health_for_only);
+        tokio::spawn(serve_health_only(listener, only.routes(), health_only.clone()));
+    }
     tracing::info!(addr = ?addr, services = ?names, tls = tls.is_some(), mtls = tls.as_ref().is_some_and(ServerTls::mutual), "serving");
 
     let grace = Duration::from_secs(config.shutdown_grace_secs);
