@@ -10,9 +10,11 @@
 //! runs at full speed and one beside busy workers is slowed but never stopped.
 //!
 //! The share is counted in time, not in grants: an admission turn is a batch of up to hundreds of
-//! runs (see `lifecycle::admitter`) and holds the slot for milliseconds, a lifecycle write for a tenth
-//! of that, so "one admission turn every eight lifecycle grants" (what this did before) still gave
-//! admissions most of the writer under a flood, and completions fell to 67–81 % of their rate alone.
+//! runs (see `lifecycle::admitter`) and holds the slot far longer than one lifecycle write, so a count
+//! of turns (what this did before: one admission turn every eight lifecycle grants) says little about
+//! who has the writer. Measured against that rule on 2 cores, this one admits more under a flood at
+//! the same completion rate; there the CPU, not the writer, limits completions (runs README, "Under
+//! load").
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,9 +34,6 @@ pub enum Priority {
 
 /// The time constant of the holding-time shares: a burst this long ago weighs 1/e of a new one.
 pub const SHARE_WINDOW: Duration = Duration::from_secs(1);
-
-/// The default of `runs.database.sqlite_admission_share_percent`.
-pub const DEFAULT_ADMISSION_SHARE: f64 = 0.2;
 
 /// A wait for the slot longer than this is logged (a write transaction takes milliseconds).
 const SLOW_WAIT: Duration = Duration::from_secs(1);
@@ -78,12 +77,6 @@ pub struct WriteSlot {
     admission_share: f64,
     /// Times the slot was granted: the WAL checkpointer's measure of whether anyone wrote lately.
     grants: AtomicU64,
-}
-
-impl Default for WriteSlot {
-    fn default() -> Self {
-        Self::new(DEFAULT_ADMISSION_SHARE)
-    }
 }
 
 /// Holds the slot; dropping it hands the slot to the next waiter.
@@ -268,7 +261,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiter_that_gives_up_passes_the_slot_on() {
-        let slot = Arc::new(WriteSlot::default());
+        let slot = Arc::new(WriteSlot::new(0.2));
         let held = slot.acquire(Priority::Lifecycle).await;
         let gone = tokio::spawn({
             let slot = slot.clone();

@@ -145,7 +145,8 @@ impl Tool for Task {
             // DeerFlow hides and refuses the `bash` subagent where host bash is off; here the sandbox
             // says whether it runs commands (it is acquired on first use, after the prompt was built,
             // so the type stays listed and is refused at the call).
-            if subagent_type == "bash" && !env.exec_enabled().await.unwrap_or(false) {
+            // A sandbox that cannot be reached is that error, not a refusal.
+            if subagent_type == "bash" && !env.exec_enabled().await? {
                 return Ok(ToolOutput::error(BASH_REFUSED));
             }
             // The journal intent is written by the host together with the child's admission.
@@ -164,13 +165,7 @@ impl Tool for Task {
             };
             let mut updates = ctx.subagent(request).await.map_err(stopping)?;
             let cancel = ctx.cancelled();
-            let event = |phase: SubagentPhase, child_run_id: &str| SubagentEvent {
-                task_id: call.id.clone(),
-                phase: phase as i32,
-                subagent_type: subagent_type.clone(),
-                child_run_id: child_run_id.to_owned(),
-                ..SubagentEvent::default()
-            };
+            let event = |phase: SubagentPhase, child_run_id: &str| subagent_event(&call.id, &subagent_type, phase, child_run_id);
             let (mut child, mut used) = (String::new(), Usage::default());
             loop {
                 // Nothing is held while waiting: the child runs in a task of its own.
@@ -232,12 +227,19 @@ pub const BASH_REFUSED: &str = "Error: the bash subagent runs shell commands, an
 /// by the `task` call on a takeover).
 pub fn start_event(task_id: &str, subagent_type: &str, description: &str, child_run_id: &str, model_name: String) -> SubagentEvent {
     SubagentEvent {
-        task_id: task_id.to_owned(),
-        phase: SubagentPhase::Start as i32,
-        subagent_type: subagent_type.to_owned(),
-        child_run_id: child_run_id.to_owned(),
         description: description.to_owned(),
         model_name,
+        ..subagent_event(task_id, subagent_type, SubagentPhase::Start, child_run_id)
+    }
+}
+
+/// The fields every `subagent` event of a task carries.
+fn subagent_event(task_id: &str, subagent_type: &str, phase: SubagentPhase, child_run_id: &str) -> SubagentEvent {
+    SubagentEvent {
+        task_id: task_id.to_owned(),
+        phase: phase as i32,
+        subagent_type: subagent_type.to_owned(),
+        child_run_id: child_run_id.to_owned(),
         ..SubagentEvent::default()
     }
 }
