@@ -7,7 +7,9 @@
 //! `MEMORY_BENCH_FACTS` (100) live facts each through ImportMemory (one document per user), so the
 //! store holds users × facts facts; `MEMORY_BENCH_CALLS` (5000) calls per latency phase;
 //! `MEMORY_BENCH_SECS` (5) is the QueueUpdate window; `MEMORY_BENCH_EXTRACT` (500) updates for the
-//! extraction phase.
+//! extraction phase. `MEMORY_BENCH_STORE=<file>`: the populated store is saved there (`VACUUM INTO`)
+//! and, when the file exists, copied in instead of populating (to compare binaries on one store;
+//! the users and facts are then those it was saved with).
 //!
 //! Phases:
 //! - **populate**: ImportMemory at c = 16, documents/s and facts/s.
@@ -147,40 +149,55 @@ async fn main() -> Result<()> {
         &format!("  max_facts: {}\n  debounce_seconds: 300\n  workers: 4\n", facts.clamp(10, 500)),
         &double.models_yaml(),
     );
+    // populate (or reuse a store an earlier run saved: comparing binaries costs one populate)
+    let saved = std::env::var_os("MEMORY_BENCH_STORE").map(std::path::PathBuf::from);
+    let db_path = std::path::PathBuf::from(db.url.trim_start_matches("sqlite://").split('?').next().unwrap_or_default());
+    let reuse = saved.as_ref().filter(|p| p.exists());
+    if let Some(saved) = reuse {
+        std::fs::copy(saved, &db_path)?;
+        println!("populate: reused {} (users and facts as when it was saved)", saved.display());
+    }
     let server = start("antler", Launch::new(["up"]).config(yaml))?;
     let memory = clients(&server).await?;
     println!("memory_load: {users} users x {facts} facts, SQLite, antler up (pid {})", server.pid());
-
-    // populate
-    let started = Instant::now();
-    let next = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for t in 0..16 {
-        let mut client = memory[t % CHANNELS].clone();
-        let next = next.clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let user = next.fetch_add(1, Ordering::Relaxed) as usize;
-                if user >= users {
-                    return Ok::<_, anyhow::Error>(());
+    if reuse.is_none() {
+        let started = Instant::now();
+        let next = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let mut client = memory[t % CHANNELS].clone();
+            let next = next.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let user = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    if user >= users {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    client
+                        .import_memory(as_user(ImportMemoryRequest { document: document(user, facts), ..Default::default() }, user))
+                        .await?;
                 }
-                client.import_memory(as_user(ImportMemoryRequest { document: document(user, facts), ..Default::default() }, user)).await?;
-            }
-        }));
+            }));
+        }
+        for task in tasks {
+            task.await??;
+        }
+        let secs = started.elapsed().as_secs_f64();
+        println!(
+            "populate: {:.0} documents/s, {:.0} facts/s ({:.1} s for {} facts)",
+            users as f64 / secs,
+            (users * facts) as f64 / secs,
+            secs,
+            users * facts
+        );
+        if let Some(saved) = &saved {
+            // A consistent copy of the live database, WAL included.
+            let conn = db.connect().await?;
+            conn.execute_unprepared(&format!("VACUUM INTO '{}'", saved.display())).await?;
+            println!("          saved to {} (MEMORY_BENCH_STORE)", saved.display());
+        }
     }
-    for task in tasks {
-        task.await??;
-    }
-    let secs = started.elapsed().as_secs_f64();
-    println!(
-        "populate: {:.0} documents/s, {:.0} facts/s ({:.1} s for {} facts)",
-        users as f64 / secs,
-        (users * facts) as f64 / secs,
-        secs,
-        users * facts
-    );
-    let db_size =
-        std::fs::metadata(db.url.trim_start_matches("sqlite://").split('?').next().unwrap_or_default()).map(|m| m.len()).unwrap_or(0);
+    let db_size = std::fs::metadata(&db_path).map(|m| m.len()).unwrap_or(0);
     println!("          memory.db {:.0} MiB", db_size as f64 / (1 << 20) as f64);
 
     // render

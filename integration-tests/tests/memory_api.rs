@@ -346,6 +346,7 @@ async fn concurrent_queue_updates_are_committed_together_each_with_its_own_outco
 #[tokio::test]
 async fn the_one_statement_render_snapshot_reads_exactly_what_the_row_queries_read() -> anyhow::Result<()> {
     use antler_memory::facts::{self, Scope};
+    use antler_memory::render::RenderFact;
     use antler_memory::render_cache::{Loaded, Snapshot};
     for backend in BACKENDS {
         let db = TestDb::new(backend).await?;
@@ -375,12 +376,12 @@ async fn the_one_statement_render_snapshot_reads_exactly_what_the_row_queries_re
         for (user, agent, live) in [("alice", "", 8), ("alice", "coder", 1), ("nobody", "", 0)] {
             let scope = Scope::new(user, agent);
             let snapshot = Snapshot::load(&conn, &scope).await?;
-            let mut expected = facts::live(&conn, &scope).await?;
+            let mut expected: Vec<RenderFact> = facts::live(&conn, &scope).await?.iter().map(RenderFact::from).collect();
             let mut got = snapshot.live.clone();
             expected.sort_by_key(|f| f.doc);
             got.sort_by_key(|f| f.doc);
             assert_eq!(got.len(), live, "{backend:?} {user}/{agent}");
-            assert_eq!(got, expected, "{backend:?} {user}/{agent}: every column of every live fact");
+            assert_eq!(got, expected, "{backend:?} {user}/{agent}: every column a render reads of every live fact");
             assert_eq!(snapshot.profile, antler_memory::profile::load(&conn, user).await?, "{backend:?} {user}");
             assert_eq!(snapshot.revisions, facts::revisions(&conn, &scope).await?, "{backend:?} {user}/{agent}");
         }

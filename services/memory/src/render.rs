@@ -14,6 +14,51 @@ use crate::profile::{Profile, Section};
 use crate::store::entity::facts::Model as Fact;
 use crate::tokens;
 
+/// What a render reads of a live fact: 9 of its 24 columns. A cold render reads a scope's facts as
+/// one JSON array (see [`crate::render_cache::Snapshot::load_if_changed`]), so each column left out is
+/// text SQLite does not print and the server does not parse or keep (the normalised duplicate key
+/// alone is as long as the content). `Deserialize` reads it from the JSON array of
+/// [`RenderFact::COLUMNS`], in that order.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct RenderFact {
+    pub doc: i64,
+    pub fact_id: String,
+    pub category: String,
+    pub category_label: String,
+    #[serde(deserialize_with = "crate::store::json_f64")]
+    pub confidence: f64,
+    pub content: String,
+    pub source_error: String,
+    /// cl100k tokens of the fact's line, stored when it was written.
+    pub line_tokens: i32,
+    pub created_at: i64,
+}
+
+impl RenderFact {
+    /// The columns of `memory_facts` in field order; `{confidence}` is the REAL column's form.
+    pub const COLUMNS: &str = "doc, fact_id, category, category_label, {confidence}, content, source_error, line_tokens, created_at";
+
+    fn line(&self) -> String {
+        facts::line(&self.category, &self.category_label, self.confidence, &self.content, &self.source_error)
+    }
+}
+
+impl From<&Fact> for RenderFact {
+    fn from(f: &Fact) -> Self {
+        Self {
+            doc: f.doc,
+            fact_id: f.fact_id.clone(),
+            category: f.category.clone(),
+            category_label: f.category_label.clone(),
+            confidence: f.confidence,
+            content: f.content.clone(),
+            source_error: f.source_error.clone(),
+            line_tokens: f.line_tokens,
+            created_at: f.created_at,
+        }
+    }
+}
+
 /// What to render.
 #[derive(Debug, Clone)]
 pub struct Budget {
@@ -50,13 +95,11 @@ fn header_and_lines(profile: &Profile, sections: &[Section], header: &str) -> Ve
 
 /// Renders `profile` and `live` facts; `scores` holds the full-text score of facts relevant to the
 /// query (absent = 0).
-pub fn render(profile: &Profile, live: &[Fact], scores: &HashMap<i64, f64>, budget: &Budget) -> Rendered {
+pub fn render(profile: &Profile, live: &[RenderFact], scores: &HashMap<i64, f64>, budget: &Budget) -> Rendered {
     let count = |text: &str| tokens::count(text, budget.counting);
-    let fact_tokens = |fact: &Fact| match budget.counting {
+    let fact_tokens = |fact: &RenderFact| match budget.counting {
         TokenCounting::Tiktoken => fact.line_tokens.max(0) as usize,
-        TokenCounting::Chars => {
-            count(&facts::line(&fact.category, &fact.category_label, fact.confidence, &fact.content, &fact.source_error))
-        }
+        TokenCounting::Chars => count(&fact.line()),
     };
     let mut text = String::new();
     let mut used = 0usize;
@@ -90,9 +133,9 @@ pub fn render(profile: &Profile, live: &[Fact], scores: &HashMap<i64, f64>, budg
         rendered.text = text;
         return rendered;
     }
-    let score = |f: &Fact| scores.get(&f.doc).copied().unwrap_or(0.0);
-    let (mut corrections, mut regular): (Vec<&Fact>, Vec<&Fact>) = live.iter().partition(|f| f.category == CORRECTION);
-    let rank = |a: &&Fact, b: &&Fact| {
+    let score = |f: &RenderFact| scores.get(&f.doc).copied().unwrap_or(0.0);
+    let (mut corrections, mut regular): (Vec<&RenderFact>, Vec<&RenderFact>) = live.iter().partition(|f| f.category == CORRECTION);
+    let rank = |a: &&RenderFact, b: &&RenderFact| {
         score(b)
             .total_cmp(&score(a))
             .then(b.confidence.total_cmp(&a.confidence))
@@ -104,7 +147,7 @@ pub fn render(profile: &Profile, live: &[Fact], scores: &HashMap<i64, f64>, budg
     let header = "Facts:\n";
     let header_tokens = count(header);
     let mut wrote_header = false;
-    let mut take = |facts: Vec<&Fact>, limit: usize, used: &mut usize, text: &mut String, rendered: &mut Rendered| {
+    let mut take = |facts: Vec<&RenderFact>, limit: usize, used: &mut usize, text: &mut String, rendered: &mut Rendered| {
         let mut full = false;
         for fact in facts {
             if full {
@@ -121,7 +164,7 @@ pub fn render(profile: &Profile, live: &[Fact], scores: &HashMap<i64, f64>, budg
                 text.push_str(header);
                 wrote_header = true;
             }
-            text.push_str(&facts::line(&fact.category, &fact.category_label, fact.confidence, &fact.content, &fact.source_error));
+            text.push_str(&fact.line());
             *used += cost;
             rendered.included.push(fact.fact_id.clone());
         }

@@ -16,7 +16,7 @@ use sea_orm::{ConnectionTrait, DbBackend};
 
 use crate::facts::Scope;
 use crate::profile::Profile;
-use crate::store::entity::facts::Model as Fact;
+use crate::render::RenderFact;
 use crate::store::entity::profiles;
 use crate::store::{StoreError, statement};
 
@@ -25,18 +25,13 @@ use crate::store::{StoreError, statement};
 pub struct Snapshot {
     pub revisions: (i64, i64),
     pub profile: Profile,
-    pub live: Vec<Fact>,
+    pub live: Vec<RenderFact>,
 }
 
 /// The columns of `memory_profiles` in [`profiles::Model`]'s field order.
 const PROFILE_COLUMNS: &str = "user_id, work_context, work_context_at, personal_context, personal_context_at, top_of_mind, \
      top_of_mind_at, recent_months, recent_months_at, earlier_context, earlier_context_at, long_term_background, \
      long_term_background_at, revision, updated_at";
-
-/// The columns of `memory_facts` in [`Fact`]'s field order; `{confidence}` is the REAL column's form.
-const FACT_COLUMNS: &str = "doc, fact_id, user_id, agent_name, scope_key, content, norm, category, category_label, {confidence}, \
-     source_kind, source_thread_id, source_run_id, source_message_id, source_error, line_tokens, created_at, valid_from, \
-     invalidated_at, invalidation_reason, superseded_by, supersedes, confirmation_count, last_confirmed_at";
 
 /// What [`Snapshot::load_if_changed`] found.
 #[derive(Debug)]
@@ -67,7 +62,7 @@ impl Snapshot {
                    (SELECT COALESCE(json_agg(json_build_array({})), '[]'::json)::text FROM memory_facts \
                     WHERE user_id = $1 AND agent_name = $2 AND invalidated_at IS NULL) END AS facts FROM r",
                 // PostgreSQL prints a float8 with the shortest digits that read back as the same value.
-                FACT_COLUMNS.replace("{confidence}", "confidence")
+                RenderFact::COLUMNS.replace("{confidence}", "confidence")
             )
         } else {
             format!(
@@ -78,7 +73,7 @@ impl Snapshot {
                    (SELECT json_group_array(json_array({})) FROM memory_facts \
                     WHERE user_id = $1 AND agent_name = $2 AND invalidated_at IS NULL) END AS facts FROM r",
                 // SQLite's JSON prints a REAL with 15 digits; 17 read back exactly (see `store::json_f64`).
-                FACT_COLUMNS.replace("{confidence}", "printf('%!.17g', confidence)")
+                RenderFact::COLUMNS.replace("{confidence}", "printf('%!.17g', confidence)")
             )
         };
         // Revisions start at 0, so -1 never matches: load.
@@ -97,7 +92,7 @@ impl Snapshot {
             ),
             None => Profile::default(),
         };
-        let live = serde_json::from_str::<Vec<Fact>>(&facts).map_err(|e| StoreError::Corrupt(format!("fact rows as JSON: {e}")))?;
+        let live = serde_json::from_str::<Vec<RenderFact>>(&facts).map_err(|e| StoreError::Corrupt(format!("fact rows as JSON: {e}")))?;
         Ok(Loaded::Fresh(Box::new(Self { revisions, profile, live })))
     }
 

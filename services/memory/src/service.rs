@@ -219,7 +219,7 @@ impl Memory {
             (Loaded::Unchanged, None) => return Err(StoreError::Corrupt("a render without a kept snapshot read none".to_owned()).into()),
         };
         let revisions = snapshot.revisions;
-        let live: &[Fact] = if budget.summaries_only { &[] } else { &snapshot.live };
+        let live: &[render::RenderFact] = if budget.summaries_only { &[] } else { &snapshot.live };
         // Every live fact is at hand, so they are ranked here without asking the index.
         let words = crate::relevance::query_words(query);
         let scores: HashMap<i64, f64> = if words.is_empty() {

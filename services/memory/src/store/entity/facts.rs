@@ -5,9 +5,7 @@
 
 use sea_orm::entity::prelude::*;
 
-/// `Deserialize` reads a row from the JSON array of its columns in this order (see
-/// [`crate::render_cache::Snapshot::load`]).
-#[derive(Clone, Debug, PartialEq, DeriveEntityModel, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "memory_facts")]
 pub struct Model {
     /// Numeric key: the full-text index's row id on SQLite.
@@ -23,7 +21,6 @@ pub struct Model {
     pub norm: String,
     pub category: String,
     pub category_label: String,
-    #[serde(deserialize_with = "crate::store::json_f64")]
     pub confidence: f64,
     pub source_kind: String,
     pub source_thread_id: String,
