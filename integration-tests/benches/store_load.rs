@@ -66,6 +66,25 @@ fn cpu_secs(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// The CPU the server and this client process used over a window, in cores.
+struct Cpu {
+    server: f64,
+    client: f64,
+}
+
+impl Cpu {
+    fn since(server: &Process, server0: f64, client0: f64, window: Duration) -> Self {
+        let secs = window.as_secs_f64().max(1e-9);
+        Self { server: (cpu_secs(server.pid()) - server0) / secs, client: (cpu_secs(std::process::id()) - client0) / secs }
+    }
+}
+
+impl std::fmt::Display for Cpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CPU: server {:.2} cores, bench client {:.2}", self.server, self.client)
+    }
+}
+
 /// Resident set size of a process, in KiB.
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -147,7 +166,11 @@ async fn count(conn: &sea_orm::DatabaseConnection, status: &str) -> Result<u64> 
 
 fn runs_config(db: &TestDb, extra: &str) -> String {
     // The test helper's config, with production lease settings and no per-run logging noise.
-    let config = config(db, extra).replace("  lease_secs: 3\n  lease_grace_secs: 0\n  sweep_interval_secs: 1\n", "");
+    let mut config = config(db, extra).replace("  lease_secs: 3\n  lease_grace_secs: 0\n  sweep_interval_secs: 1\n", "");
+    // `STORE_BENCH_ADMISSION_SHARE=<percent>`: the SQLite write slot's admission share, for an A/B of it.
+    if let Ok(share) = std::env::var("STORE_BENCH_ADMISSION_SHARE") {
+        config = config.replacen("  database:\n", &format!("  database:\n    sqlite_admission_share_percent: {share}\n"), 1);
+    }
     // One user admits everything here: the per-user caps are set out of reach, not off, so their
     // count is still paid. `STORE_BENCH_BASELINE=1` leaves them out, for binaries that predate them.
     if std::env::var_os("STORE_BENCH_BASELINE").is_some() {
@@ -239,6 +262,7 @@ async fn completion_phase(backend: Backend, window: Duration) -> Result<Vec<Stri
     // run is PENDING any more. The drain's tail (the last 32 runs finishing, the last finalizations)
     // is not part of it: a fixed tail divided into few runs reads as a fraction of the real rate.
     let started = Instant::now();
+    let (cpu0, client_cpu0) = (cpu_secs(server.pid()), cpu_secs(std::process::id()));
     let before = count(&conn, "success").await?;
     for cancel in cancels {
         cancel.await??;
@@ -252,6 +276,7 @@ async fn completion_phase(backend: Backend, window: Duration) -> Result<Vec<Stri
         }
     }
     let (saturated_runs, saturated_for) = saturated.context("runs still PENDING after 300 s")?;
+    let alone_cpu = Cpu::since(&server, cpu0, client_cpu0, saturated_for);
     let took = started.elapsed() + drain(&conn, Duration::from_secs(300)).await?;
     let drained = (count(&conn, "success").await? - before) as f64;
     let reference = saturated_runs as f64 / saturated_for.as_secs_f64().max(1e-9);
@@ -259,6 +284,7 @@ async fn completion_phase(backend: Backend, window: Duration) -> Result<Vec<Stri
     // The same workers while a c=64 flood admits new runs.
     let before = count(&conn, "success").await?;
     let started = Instant::now();
+    let (cpu0, client_cpu0) = (cpu_secs(server.pid()), cpu_secs(std::process::id()));
     let sampler = {
         let conn = db.connect().await?;
         tokio::spawn(async move {
@@ -277,6 +303,7 @@ async fn completion_phase(backend: Backend, window: Duration) -> Result<Vec<Stri
     };
     let flood = admit_for(&server, 64, false, window).await?;
     let completed = (count(&conn, "success").await? - before) as f64 / started.elapsed().as_secs_f64();
+    let flood_cpu = Cpu::since(&server, cpu0, client_cpu0, started.elapsed());
     let samples = sampler.await??;
     let slots = if samples.is_empty() { 0.0 } else { samples.iter().sum::<u64>() as f64 / samples.len() as f64 };
     let backlog = count(&conn, "pending").await?;
@@ -284,13 +311,13 @@ async fn completion_phase(backend: Backend, window: Duration) -> Result<Vec<Stri
     client.get_run(authed(GetRunRequest { run_id: "warm".into(), ..Default::default() }, ALICE)).await.ok();
     let lines = vec![
         format!(
-            "{backend:?} completion, workers alone: {reference:>7.0} runs/s ({saturated_runs} runs in {:.2} s while runs were PENDING; {left} PENDING when the 32 held slots were released; the whole drain {drained:.0} runs in {:.2} s = {:.0} runs/s)",
+            "{backend:?} completion, workers alone: {reference:>7.0} runs/s ({saturated_runs} runs in {:.2} s while runs were PENDING; {left} PENDING when the 32 held slots were released; the whole drain {drained:.0} runs in {:.2} s = {:.0} runs/s); {alone_cpu}",
             saturated_for.as_secs_f64(),
             took.as_secs_f64(),
             drained / took.as_secs_f64().max(1e-9)
         ),
         format!(
-            "{backend:?} completion under a c=64 flood ({:.0} admissions/s, {} refused at the backlog limit): {completed:>7.0} runs/s = {:.0} % of alone; {slots:.1} of 32 slots busy while runs waited; {backlog} PENDING at the end",
+            "{backend:?} completion under a c=64 flood ({:.0} admissions/s, {} refused at the backlog limit): {completed:>7.0} runs/s = {:.0} % of alone; {slots:.1} of 32 slots busy while runs waited; {backlog} PENDING at the end; {flood_cpu}",
             flood.per_sec,
             flood.refused,
             100.0 * completed / reference.max(1e-9)

@@ -174,7 +174,8 @@ pub struct DatabaseConfig {
     /// SQLite: the most of the single writer's time that admissions (CreateRun batches) take while
     /// starts, event appends and finalizations wait for it, in percent (1..100). The rest keeps the
     /// workers finishing runs under an admission flood; a writer nobody else wants is the
-    /// admissions' whole.
+    /// admissions' whole. Under a flood beside busy workers, admissions then go about as fast as runs
+    /// finish (backpressure), not as fast as the writer could insert them.
     pub sqlite_admission_share_percent: u64,
     /// PostgreSQL: how long a session may sit inside a transaction without sending a statement before
     /// the server ends it, in milliseconds (`idle_in_transaction_session_timeout`; 0 = never). Antler's
@@ -194,7 +195,7 @@ impl Default for DatabaseConfig {
             connect_timeout_ms: 5_000,
             sqlite_busy_timeout_ms: 5_000,
             sqlite_wal_max_mib: 64,
-            sqlite_admission_share_percent: 20,
+            sqlite_admission_share_percent: 5,
             postgres_idle_in_transaction_timeout_ms: 10_000,
         }
     }
