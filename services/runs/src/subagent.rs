@@ -164,7 +164,7 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
                 }
                 let local = LocalRun::new();
                 let watcher = tokio::spawn(watch_parent(engine.clone(), parent.clone(), run.clone(), local.clone()));
-                Box::pin(crate::worker::execute_with(&engine, run, resumed, local)).await;
+                Box::pin(crate::worker::execute_with(&engine, run, resumed, local, false)).await;
                 watcher.abort();
             }
             // Not ours to run yet (its lease has not expired): look again shortly.

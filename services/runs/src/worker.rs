@@ -155,25 +155,34 @@ async fn launch_claimed(engine: &Arc<Engine>, claimed: Vec<runs::Model>) {
     }
 }
 
+/// Runs `run` under `permit`, then each run its closing commit started (the slot handed over, see
+/// `start::start_next_in`); the permit goes back when a run ends without a successor.
 fn launch(engine: Arc<Engine>, run: runs::Model, permit: OwnedSemaphorePermit, resumed: bool) {
-    let span = tracing::info_span!(parent: None, "run", run_id = %run.run_id, attempt = run.attempt);
-    tokio::spawn(
-        async move {
-            execute(&engine, run, resumed).await;
-            drop(permit);
-            engine.wake.notify_one();
+    tokio::spawn(async move {
+        let (mut run, mut resumed) = (run, resumed);
+        loop {
+            let span = tracing::info_span!(parent: None, "run", run_id = %run.run_id, attempt = run.attempt);
+            match execute_with(&engine, run, resumed, LocalRun::new(), true).instrument(span).await {
+                Some(next) => (run, resumed) = (next, false),
+                None => break,
+            }
         }
-        .instrument(span),
-    );
-}
-
-async fn execute(engine: &Arc<Engine>, run: runs::Model, resumed: bool) {
-    execute_with(engine, run, resumed, LocalRun::new()).await
+        drop(permit);
+        engine.wake.notify_one();
+    });
 }
 
 /// Executes one attempt of `run` (started or claimed by this worker) under `local`, to its
 /// finalization: what the dispatcher does with a run, and a parent's `task` call with a child run.
-pub(crate) async fn execute_with(engine: &Arc<Engine>, run: runs::Model, resumed: bool, local: LocalRun) {
+/// With `hand_over`, returns the run its closing commit started in its place (the dispatcher's runs;
+/// a subagent's child runs under its parent's slot and hands nothing over).
+pub(crate) async fn execute_with(
+    engine: &Arc<Engine>,
+    run: runs::Model,
+    resumed: bool,
+    local: LocalRun,
+    hand_over: bool,
+) -> Option<runs::Model> {
     engine.local.lock().unwrap_or_else(|p| p.into_inner()).insert(run.run_id.clone(), local.clone());
     metrics::gauge!("antler_runs_active").increment(1.0);
     let keep_alive = tokio::spawn(lease::keep_alive(engine.clone(), run.run_id.clone(), local.clone()));
@@ -201,12 +210,13 @@ pub(crate) async fn execute_with(engine: &Arc<Engine>, run: runs::Model, resumed
     };
 
     // Boxed for the same reason as `prepare`.
-    Box::pin(conclude(engine, &run, &declared, (limit, timer), &local, outcome)).await;
+    let next = Box::pin(conclude(engine, &run, &declared, (limit, timer), &local, outcome, hand_over)).await;
     local.token.cancel();
     keep_alive.abort();
     engine.local.lock().unwrap_or_else(|p| p.into_inner()).remove(&run.run_id);
     metrics::gauge!("antler_runs_active").decrement(1.0);
     engine.secrets.forget(&run.run_id);
+    next
 }
 
 /// Checks the outputs of a completed attempt, names how it ended (a cancel or the time limit stops
@@ -218,7 +228,8 @@ async fn conclude(
     (limit, timer): (Duration, tokio::task::JoinHandle<()>),
     local: &LocalRun,
     outcome: Outcome,
-) {
+    hand_over: bool,
+) -> Option<runs::Model> {
     let outcome = match outcome {
         Outcome::Completed { stop_reason, outputs } => Box::pin(verify_outputs(engine, run, declared, stop_reason, outputs)).await,
         other => other,
@@ -239,13 +250,21 @@ async fn conclude(
     match local.cause() {
         // Fenced or released: another worker owns the run's future. Write nothing.
         Some(StopCause::Fenced) | Some(StopCause::Release) => {
-            tracing::info!(run_id = %run.run_id, "stopped without finalizing (lease lost or released)")
+            tracing::info!(run_id = %run.run_id, "stopped without finalizing (lease lost or released)");
+            None
         }
-        _ => match Box::pin(finalize::finalize(engine, run, declared, outcome)).await {
-            Ok(Some(events)) => engine.hub.publish(&events),
-            Ok(None) => tracing::info!(run_id = %run.run_id, "fenced at finalization: nothing written"),
+        _ => match Box::pin(finalize::finalize(engine, run, declared, outcome, hand_over)).await {
+            Ok(Some(finalized)) => {
+                engine.hub.publish(&finalized.events);
+                finalized.next
+            }
+            Ok(None) => {
+                tracing::info!(run_id = %run.run_id, "fenced at finalization: nothing written");
+                None
+            }
             Err(error) => {
-                tracing::error!(run_id = %run.run_id, %error, "finalization failed; the sweeper closes the run after its lease expires")
+                tracing::error!(run_id = %run.run_id, %error, "finalization failed; the sweeper closes the run after its lease expires");
+                None
             }
         },
     }

@@ -11,7 +11,7 @@ use prost::Message;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 
-use super::{ERROR, FINALIZING, INTERRUPTED, RUNNING, SUCCESS, TIMEOUT, cancel, end_run, promote_next_queued, status_from_str};
+use super::{ERROR, FINALIZING, INTERRUPTED, RUNNING, SUCCESS, TIMEOUT, cancel, end_run, promote_next_queued, start, status_from_str};
 use crate::engine::Engine;
 use crate::error::RunsError;
 use crate::store::entity::runs;
@@ -39,12 +39,27 @@ pub fn receipt(declared: &[String], outputs: &Outputs) -> DeliveryReceipt {
 
 /// Finalizes a run this worker executed. Returns the committed events, or None when the worker no
 /// longer owns the run (fenced: nothing was written).
+/// What [`finalize`] wrote.
+#[derive(Debug, Default)]
+pub struct Finalized {
+    /// The run's closing events (none when it was fenced: nothing written).
+    pub events: Vec<RunEvent>,
+    /// The PENDING run started in the closing commit, when the caller asked to hand its slot over:
+    /// the caller runs it under the slot it holds.
+    pub next: Option<runs::Model>,
+}
+
+/// Finalizes `run`. With `hand_over`, the closing transaction also starts the next startable
+/// PENDING run (`start::start_next_in`), unless the service is shutting down or runs of dead
+/// replicas wait (the dispatcher takes those first). A failure there fails the closing
+/// transaction like any of its statements: the run stays FINALIZING and the sweeper closes it.
 pub async fn finalize(
     engine: &Engine,
     run: &runs::Model,
     declared: &[String],
     outcome: Outcome,
-) -> Result<Option<Vec<RunEvent>>, RunsError> {
+    hand_over: bool,
+) -> Result<Option<Finalized>, RunsError> {
     let worker = engine.worker_id.as_str();
     let (mut status, mut stop_reason, mut error, outputs, cancelled) = match outcome {
         Outcome::Completed { stop_reason, outputs } => (SUCCESS, stop_reason, None, outputs, false),
@@ -112,7 +127,7 @@ pub async fn finalize(
         if promoted {
             engine.wake.notify_one();
         }
-        return Ok(Some(vec![end]));
+        return Ok(Some(Finalized { events: vec![end], next: None }));
     }
     let mut events = Vec::new();
     let Some(delivery) = append(&*tx, &run.run_id, &run.thread_id, Writer::Owner(worker), Kind::Delivery(receipt)).await? else {
@@ -138,7 +153,7 @@ pub async fn finalize(
         .await?
         .rows_affected;
     if closed == 0 {
-        return Ok(Some(events));
+        return Ok(Some(Finalized { events, next: None }));
     }
     let end = Kind::End(EndEvent {
         status: status_from_str(status) as i32,
@@ -150,13 +165,21 @@ pub async fn finalize(
         events.push(end);
     }
     let promoted = promote_next_queued(&*tx, &run.user_id, &run.thread_id).await?;
+    let hand_over = hand_over
+        && !engine.shutdown.is_cancelled()
+        && engine.dead_owners().is_empty()
+        && !engine.takeovers_waiting.load(std::sync::atomic::Ordering::Relaxed);
+    let next = if hand_over { start::start_next_in(&*tx, engine).await? } else { None };
     tx.commit().await?;
     metrics::counter!("antler_run_transitions_total", "to" => status).increment(1);
+    if next.is_some() {
+        start::count_started(1);
+    }
     tracing::info!(run_id = %run.run_id, status, stop_reason = %stop_reason, "run finished");
     if promoted {
         engine.wake.notify_one();
     }
-    Ok(Some(events))
+    Ok(Some(Finalized { events, next }))
 }
 
 #[cfg(test)]

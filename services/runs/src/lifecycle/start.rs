@@ -1,7 +1,7 @@
 //! `try_start`: the only way a run becomes RUNNING.
 
-use sea_orm::sea_query::{Condition, Expr, ExprTrait};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::sea_query::{Condition, Expr, ExprTrait, LockBehavior, LockType};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait};
 
 use super::{PENDING, RUNNING};
 use crate::engine::Engine;
@@ -48,6 +48,36 @@ pub fn count_started(runs: usize) {
 /// subagent's child run: one commit instead of two before it is under way).
 pub async fn start_in(db: &impl sea_orm::ConnectionTrait, engine: &Engine, run_ids: &[String]) -> Result<Vec<runs::Model>, sea_orm::DbErr> {
     let now = now_ms();
+    start_update(engine, now).filter(runs::Column::RunId.is_in(run_ids.iter().map(String::as_str))).exec_with_returning(db).await
+}
+
+/// Starts the oldest PENDING run this replica may take, inside `db`: the transaction that closes a
+/// run of this worker, whose slot goes straight to the next run in the same commit (see
+/// `finalize::finalize` and `worker::launch`). Without it, a finished run's slot stayed empty until
+/// the dispatcher's next round — a read and a start transaction of its own, behind every other
+/// writer — and under load a third of the slots were between runs at any time.
+///
+/// The choice is a subquery of the same statement, so on SQLite (one writer) two closing workers
+/// never pick the same run; on PostgreSQL the subquery skips rows another transaction is starting
+/// (`FOR UPDATE SKIP LOCKED`). Runs of dead replicas are left to the dispatcher, which takes them
+/// first. None when nothing is startable.
+pub async fn start_next_in(db: &impl sea_orm::ConnectionTrait, engine: &Engine) -> Result<Option<runs::Model>, sea_orm::DbErr> {
+    let now = now_ms();
+    let mut next = pending_select(claimable(engine, now), 1).into_query();
+    if db.get_database_backend() == sea_orm::DbBackend::Postgres {
+        next.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+    }
+    // `=` a scalar subquery, not `IN`: PostgreSQL evaluates a scalar one once, while it may run an
+    // `IN (… LIMIT 1 … SKIP LOCKED)` again for each row it looks at and start a run per evaluation
+    // (measured: thousands started, one executed, the rest waiting for their lease to lapse).
+    let chosen = Expr::col(runs::Column::RunId).eq(Expr::SubQuery(None, Box::new(next.into())));
+    let mut started = start_update(engine, now).filter(chosen).exec_with_returning(db).await?;
+    debug_assert!(started.len() <= 1, "a hand-over started {} runs", started.len());
+    Ok(started.pop())
+}
+
+/// The compare-and-set PENDING → RUNNING for this worker, for the runs a caller's filter adds.
+fn start_update(engine: &Engine, now: i64) -> sea_orm::UpdateMany<runs::Entity> {
     runs::Entity::update_many()
         .col_expr(runs::Column::Status, Expr::value(RUNNING))
         .col_expr(runs::Column::OwnerWorkerId, Expr::value(engine.worker_id.as_str()))
@@ -55,13 +85,10 @@ pub async fn start_in(db: &impl sea_orm::ConnectionTrait, engine: &Engine, run_i
         .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
         .col_expr(runs::Column::StartedAt, Expr::value(now))
         .col_expr(runs::Column::UpdatedAt, Expr::value(now))
-        .filter(runs::Column::RunId.is_in(run_ids.iter().map(String::as_str)))
         .filter(runs::Column::Status.eq(PENDING))
         .filter(runs::Column::Queued.eq(false))
         .filter(runs::Column::CancelAction.is_null())
         .filter(claimable(engine, now))
-        .exec_with_returning(db)
-        .await
 }
 
 /// PENDING runs this replica could start now: those admitted by a dead replica first (its clients
@@ -89,7 +116,12 @@ pub async fn startable(engine: &Engine, limit: u64) -> Result<Vec<String>, RunsE
 
 /// Up to `limit` startable PENDING runs that match `which`, oldest first.
 async fn pending(engine: &Engine, which: Condition, limit: u64) -> Result<Vec<String>, RunsError> {
-    Ok(runs::Entity::find()
+    Ok(pending_select(which, limit).into_tuple::<String>().all(engine.store.db()).await?)
+}
+
+/// The ids of up to `limit` startable PENDING runs that match `which`, oldest first.
+fn pending_select(which: Condition, limit: u64) -> sea_orm::Select<runs::Entity> {
+    runs::Entity::find()
         .select_only()
         .column(runs::Column::RunId)
         .filter(runs::Column::Status.eq(PENDING))
@@ -100,9 +132,6 @@ async fn pending(engine: &Engine, which: Condition, limit: u64) -> Result<Vec<St
         .filter(which)
         .order_by_asc(runs::Column::CreatedAt)
         .limit(limit)
-        .into_tuple::<String>()
-        .all(engine.store.db())
-        .await?)
 }
 
 /// The PENDING runs this replica may take: admitted here, unowned, whose admission lease is past

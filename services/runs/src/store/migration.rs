@@ -21,6 +21,7 @@ impl MigratorTrait for Migrator {
             Box::new(Notify),
             Box::new(ActiveByUser),
             Box::new(SqlAggregates),
+            Box::new(PendingByAge),
         ]
     }
 
@@ -581,6 +582,31 @@ impl MigrationTrait for ActiveByUser {
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         manager.get_connection().execute_unprepared("DROP INDEX runs_active_by_user").await?;
+        Ok(())
+    }
+}
+
+/// The dispatcher and a closing worker's hand-over (`lifecycle::start`) take the oldest startable
+/// PENDING run: with only `runs_by_status` (status, lease) that was a scan and sort of every PENDING
+/// run on each call — inside the closing transaction, on the one SQLite writer, for a hand-over.
+/// In this order the first index entry that passes the other conditions is the answer.
+struct PendingByAge;
+
+impl MigrationName for PendingByAge {
+    fn name(&self) -> &str {
+        "m0011_runs_pending_by_age"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for PendingByAge {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.get_connection().execute_unprepared("CREATE INDEX runs_by_status_created ON runs (status, created_at)").await?;
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager.get_connection().execute_unprepared("DROP INDEX runs_by_status_created").await?;
         Ok(())
     }
 }
