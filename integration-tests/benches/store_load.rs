@@ -154,10 +154,15 @@ async fn admit_for(server: &Process, concurrency: usize, with_key: bool, window:
 
 /// Counts runs by status straight from the store.
 async fn count(conn: &sea_orm::DatabaseConnection, status: &str) -> Result<u64> {
+    count_in(conn, &format!("'{status}'")).await
+}
+
+/// Counts runs in any of `statuses` (a quoted SQL list) in one statement.
+async fn count_in(conn: &sea_orm::DatabaseConnection, statuses: &str) -> Result<u64> {
     let row = conn
         .query_one_raw(Statement::from_string(
             conn.get_database_backend(),
-            format!("SELECT COUNT(*) AS n FROM runs WHERE status = '{status}'"),
+            format!("SELECT COUNT(*) AS n FROM runs WHERE status IN ({statuses})"),
         ))
         .await?
         .context("no count")?;
@@ -292,7 +297,9 @@ async fn completion_phase(backend: Backend, window: Duration) -> Result<Vec<Stri
             let mut samples = Vec::new();
             while started.elapsed() < window {
                 let pending = count(&conn, "pending").await?;
-                let busy = count(&conn, "running").await? + count(&conn, "finalizing").await?;
+                // One statement: two counts at two moments miss the runs that move between them
+                // (on PostgreSQL ~2 of 32 at these rates).
+                let busy = count_in(&conn, "'running', 'finalizing'").await?;
                 if pending > 0 {
                     samples.push(busy);
                 }

@@ -1,6 +1,7 @@
 //! The runs store under load: group-committed admissions keep each request's own outcome, the
 //! PENDING backlog is bounded, the SQLite WAL stays bounded and is truncated when idle and at
-//! shutdown, and runs held on open model streams leave room for every CancelRun.
+//! shutdown, a finished run hands its worker slot to the oldest PENDING run, and runs held on open
+//! model streams leave room for every CancelRun.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use antler_integration_tests::db::{BACKENDS, Backend, TestDb};
 use antler_integration_tests::llm_double::{AfterLast, LlmDouble, Select, Turn};
+use antler_integration_tests::metrics::{metrics_url, scrape, with_metrics};
 use antler_integration_tests::runs::*;
 use antler_integration_tests::{Launch, start};
 use antler_proto::runs::*;
@@ -67,6 +69,50 @@ async fn batched_admissions_keep_each_request_s_own_outcome() -> anyhow::Result<
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// A finished run's worker slot goes straight to the oldest PENDING run, started in the finished run's
+/// closing commit: with one slot and twelve runs waiting, the dispatcher starts the first and each
+/// of the others is handed the slot by the one before; every run starts exactly once (attempt 1),
+/// never beside another, and in the order of admission.
+#[tokio::test]
+async fn a_finished_run_hands_its_slot_to_the_oldest_pending_run() -> anyhow::Result<()> {
+    for backend in BACKENDS {
+        let db = TestDb::new(backend).await?;
+        let yaml = with_metrics(&config(&db, "  max_concurrent_runs: 1\n"), "[0.1]");
+        let server = start("antler-runs", Launch::default().config(yaml))?;
+        let url = metrics_url(&server)?;
+        let (mut runs, _) = clients(&server).await?;
+        let blocker = hold_the_only_slot(&mut runs).await?;
+        let mut admitted = Vec::new();
+        for i in 0..12 {
+            let run = runs.create_run(authed(run_request("", json!([{"say": format!("run {i}")}])), ALICE)).await?.into_inner().run;
+            admitted.push(run.unwrap_or_default().run_id);
+            // Distinct admission times, so "oldest first" has one answer.
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        runs.cancel_run(authed(CancelRunRequest { run_id: blocker.run_id, ..Default::default() }, ALICE)).await?;
+        let mut finished = Vec::new();
+        for id in &admitted {
+            finished.push(wait_run(&mut runs, ALICE, id, T, |r| r.status() == RunStatus::Success).await?);
+        }
+        let millis = |t: &Option<prost_types::Timestamp>| t.as_ref().map_or(0, |t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000);
+        for (i, run) in finished.iter().enumerate() {
+            assert_eq!(run.attempt, 1, "{backend:?}: run {i} started once");
+        }
+        for pair in finished.windows(2) {
+            assert!(
+                millis(&pair[1].started_at) >= millis(&pair[0].finished_at),
+                "{backend:?}: {} started before {} (admitted earlier) finished",
+                pair[1].run_id,
+                pair[0].run_id
+            );
+        }
+        let scrape = scrape(&url).await?;
+        assert_eq!(scrape.value("antler_run_handovers_total", &[]), 11.0, "{backend:?}: every run but the first was handed the slot");
+        assert_eq!(scrape.value("antler_run_transitions_total", &[("to", "running")]), 13.0, "{backend:?}: the blocker and the twelve");
     }
     Ok(())
 }

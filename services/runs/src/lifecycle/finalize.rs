@@ -174,6 +174,7 @@ pub async fn finalize(
     metrics::counter!("antler_run_transitions_total", "to" => status).increment(1);
     if next.is_some() {
         start::count_started(1);
+        metrics::counter!("antler_run_handovers_total").increment(1);
     }
     tracing::info!(run_id = %run.run_id, status, stop_reason = %stop_reason, "run finished");
     if promoted {
