@@ -37,8 +37,6 @@ pub fn receipt(declared: &[String], outputs: &Outputs) -> DeliveryReceipt {
     }
 }
 
-/// Finalizes a run this worker executed. Returns the committed events, or None when the worker no
-/// longer owns the run (fenced: nothing was written).
 /// What [`finalize`] wrote.
 #[derive(Debug, Default)]
 pub struct Finalized {
@@ -49,9 +47,10 @@ pub struct Finalized {
     pub next: Option<runs::Model>,
 }
 
-/// Finalizes `run`. With `hand_over`, the closing transaction also starts the next startable
-/// PENDING run (`start::start_next_in`), unless the service is shutting down or runs of dead
-/// replicas wait (the dispatcher takes those first). A failure there fails the closing
+/// Finalizes a run this worker executed. Returns what it wrote, or None when the worker no longer
+/// owns the run (fenced: nothing was written). With `hand_over`, the closing transaction also starts
+/// the next startable PENDING run (`start::start_next_in`), unless the service is shutting down or
+/// runs of dead replicas wait (the dispatcher takes those first). A failure there fails the closing
 /// transaction like any of its statements: the run stays FINALIZING and the sweeper closes it.
 pub async fn finalize(
     engine: &Engine,
