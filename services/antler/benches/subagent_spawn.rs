@@ -18,27 +18,29 @@
 //! `BENCH_DATABASE_URL` (a `postgres://` admin URL to measure PostgreSQL; a database is created and dropped),
 //! `BENCH_SLOW` (print every run whose spawn → START is over the goal).
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use antler_kit::cli::ServiceContext;
-use antler_kit::{Authenticator, Clients, Config, ServiceSet};
 use antler_proto::common::{ContentPart, Message, Role, TextPart, content_part};
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::{CreateRunRequest, RunConfig, RunStatus, StreamRunRequest, SubagentPhase};
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use serde_json::json;
-use tokio::sync::watch;
 use tokio_stream::StreamExt;
-use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 #[path = "common/client_process.rs"]
 mod client_process;
+#[path = "common/services.rs"]
+mod services;
+
+use services::{Server, percentile};
 
 /// The issue's goal for the p99 of spawn → first child event.
 const GOAL_P99_MS: f64 = 5.0;
+
+/// The bench's `runs:` settings: no title call, one custom subagent on the `child` model.
+const RUNS_EXTRA: &str = "  lead:\n    title:\n      enabled: false\n    subagents:\n      custom_agents:\n        quick:\n          description: Answers at once\n          model: child\n";
 
 fn models_yaml() -> String {
     "models:\n\
@@ -49,57 +51,6 @@ fn models_yaml() -> String {
      \x20 - name: child\n    provider: replay\n    replay:\n      chunk_chars: 65536\n      after_last: cycle\n      turns:\n\
      \x20         - text: child done\n            usage: {input_tokens: 50, output_tokens: 5}\n"
         .to_owned()
-}
-
-struct Server {
-    addr: std::net::SocketAddr,
-    shutdown: CancellationToken,
-    serving: tokio::task::JoinHandle<Result<(), antler_kit::server::ServeError>>,
-    _updates: watch::Sender<Arc<Config>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    async fn start(database_url: &str) -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir()?;
-        let yaml = format!(
-            "server:\n  listen: 127.0.0.1:0\n  data_dir: {data:?}\n  shutdown_grace_secs: 5\n  reload_interval_ms: 0\n  concurrency_limit: 100000\n\
-             runs:\n  agent: lead\n  drain_secs: 0\n  max_concurrent_runs: 1000\n  database:\n    url: {database_url:?}\n\
-             \x20 lead:\n    title:\n      enabled: false\n    subagents:\n      custom_agents:\n        quick:\n          description: Answers at once\n          model: child\n\
-             sandbox:\n  provider: local\n{models}",
-            data = dir.path().display().to_string(),
-            models = models_yaml(),
-        );
-        let config = Config::parse(&yaml, "subagent_spawn", &|_| None)?;
-        let auth = Authenticator::new(&config.server.auth)?;
-        let listener = antler_kit::server::bind(&config.server, &auth).await?;
-        let addr = listener.local_addr()?;
-        let clients = Clients::from_config(&config.clients, addr)?;
-        let shutdown = CancellationToken::new();
-        let config = Arc::new(config);
-        let (updates_tx, updates) = watch::channel(config.clone());
-        let ctx = ServiceContext {
-            config: config.clone(),
-            config_updates: updates,
-            clients,
-            shutdown: shutdown.clone(),
-            local_addr: addr,
-            auth: auth.clone(),
-        };
-        let mut set = ServiceSet::new(&config.server);
-        for service in [antler_runs::SERVICE, antler_models::SERVICE, antler_sandbox::SERVICE] {
-            (service.register)(&mut set, &ctx).await.map_err(|e| anyhow!("{} failed to start: {e}", service.name))?;
-        }
-        let server_config = config.server.clone();
-        let token = shutdown.clone();
-        let serving = tokio::spawn(async move { antler_kit::server::serve(listener, set, &server_config, auth, token).await });
-        Ok(Self { addr, shutdown, serving, _updates: updates_tx, _dir: dir })
-    }
-
-    async fn stop(self) -> anyhow::Result<()> {
-        self.shutdown.cancel();
-        self.serving.await?.map_err(|e| anyhow!("server: {e}"))
-    }
 }
 
 /// What one run showed the client, in milliseconds.
@@ -168,13 +119,6 @@ async fn one_run(mut client: RunServiceClient<Channel>) -> anyhow::Result<Observ
     Ok(observed)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 fn summary(name: &str, mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     let p99 = percentile(&values, 0.99);
@@ -187,15 +131,6 @@ fn summary(name: &str, mut values: Vec<f64>) -> f64 {
     p99
 }
 
-async fn database() -> anyhow::Result<(String, Option<(String, String)>)> {
-    let Ok(admin) = std::env::var("BENCH_DATABASE_URL") else { return Ok((String::new(), None)) };
-    let name = format!("antler_bench_spawn_{}", std::process::id());
-    let db = sea_orm::Database::connect(&admin).await?;
-    sea_orm::ConnectionTrait::execute_unprepared(&db, &format!("CREATE DATABASE {name}")).await?;
-    let base = admin.rsplit_once('/').map(|(base, _)| base.to_owned()).unwrap_or(admin.clone());
-    Ok((format!("{base}/{name}"), Some((admin, name))))
-}
-
 fn main() -> anyhow::Result<()> {
     if let Some(addr) = client_process::client_addr() {
         return client_main(&addr);
@@ -203,17 +138,11 @@ fn main() -> anyhow::Result<()> {
     let runs: usize =
         std::env::var("BENCH_RUNS").ok().map(|v| v.parse().context("BENCH_RUNS must be a number")).transpose()?.unwrap_or(200);
     let services = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("bench-server").enable_all().build()?;
-    let (url, drop_after) = services.block_on(database())?;
-    let server = services.block_on(Server::start(&url))?;
+    let (url, drop_after) = services.block_on(services::database("spawn"))?;
+    let server = services.block_on(Server::start("subagent_spawn", &url, RUNS_EXTRA, &models_yaml()))?;
     let result = bench(runs, &url, server.addr);
     services.block_on(server.stop())?;
-    if let Some((admin, name)) = drop_after {
-        services.block_on(async {
-            let db = sea_orm::Database::connect(&admin).await?;
-            sea_orm::ConnectionTrait::execute_unprepared(&db, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
-            anyhow::Ok(())
-        })?;
-    }
+    services.block_on(services::drop_database(drop_after))?;
     result
 }
 
