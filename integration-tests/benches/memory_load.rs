@@ -193,7 +193,7 @@ async fn main() -> Result<()> {
         if let Some(saved) = &saved {
             // A consistent copy of the live database, WAL included.
             let conn = db.connect().await?;
-            conn.execute_unprepared(&format!("VACUUM INTO '{}'", saved.display())).await?;
+            conn.execute_unprepared(&format!("VACUUM INTO '{}'", saved.display().to_string().replace('\'', "''"))).await?;
             println!("          saved to {} (MEMORY_BENCH_STORE)", saved.display());
         }
     }

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 
 /// The words of a text for similarity and search: lower-cased runs of letters and digits.
 pub fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+    word_iter(text).map(Cow::into_owned).collect()
 }
 
 /// BM25's usual constants: term-frequency saturation and length normalisation.
