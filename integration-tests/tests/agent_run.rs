@@ -211,6 +211,38 @@ async fn a_run_past_its_recursion_limit_ends_error() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A final answer cut at the model's output limit (finish reason `length`, no tool calls) is not a
+/// success: the run ends ERROR `model_length_capped` and the cut words stay in the thread's state;
+/// `runs.lead.truncated_answer: accept` ends it SUCCESS with that stop reason instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_answer_cut_at_the_output_limit_ends_error_unless_accepted() -> anyhow::Result<()> {
+    let double = LlmDouble::start(vec![Turn::text("The three reasons are: first, the").finish("length")], AfterLast::Repeat).await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let server = start_agent_up(&db, &double.models_yaml(), "", None)?;
+    let (mut runs, mut threads) = clients(&server).await?;
+    let run = run_to_end(&mut runs, prompt_request("", "Give me three reasons"), T).await?;
+    assert_eq!(run.status(), RunStatus::Error, "{}", server.stderr());
+    let error = run.error.clone().unwrap_or_default();
+    assert_eq!((error.code.as_str(), run.stop_reason.as_str()), ("model_length_capped", "model_length_capped"));
+    assert!(error.message.contains("max_tokens") && error.message.contains("truncated_answer"), "{}", error.message);
+    let state = threads
+        .get_thread_state(authed(
+            antler_proto::runs::GetThreadStateRequest { thread_id: run.thread_id.clone(), ..Default::default() },
+            ALICE,
+        ))
+        .await?
+        .into_inner();
+    assert!(format!("{state:?}").contains("first, the"), "the cut answer stays in the thread's state: {state:?}");
+    drop(server);
+
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let server = start_agent_up(&db, &double.models_yaml(), "  lead:\n    truncated_answer: accept\n", None)?;
+    let (mut runs, _) = clients(&server).await?;
+    let run = run_to_end(&mut runs, prompt_request("", "Give me three reasons"), T).await?;
+    assert_eq!((run.status(), run.stop_reason.as_str()), (RunStatus::Success, "model_length_capped"), "{:?}", run.error);
+    Ok(())
+}
+
 /// The receipt's `produced` is what this run created or changed: the outputs directory is listed
 /// before the run (the baseline) and after it. A file an earlier run on the thread left unchanged is
 /// neither produced again nor owed a presentation, yet still satisfies a declared output.

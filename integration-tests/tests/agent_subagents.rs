@@ -315,6 +315,22 @@ async fn cancel_cascades(backend: Backend) -> anyhow::Result<()> {
     for kid in children(&mut runs, &run.run_id).await? {
         assert_eq!(kid.status(), RunStatus::Interrupted, "{backend:?}: {kid:?}");
     }
+    // Every task the parent started is closed in its log: START, then an END saying cancelled, both
+    // before the parent's own END, and the `task` call's journal entry has its result.
+    let events = run_events(&mut runs, ALICE, &run.run_id).await?;
+    let tasks = subagent_events(&events);
+    for task in ["t-1", "t-2"] {
+        let phases: Vec<SubagentPhase> = tasks.iter().filter(|(_, e)| e.task_id == task).map(|(_, e)| e.phase()).collect();
+        assert_eq!(phases.first(), Some(&SubagentPhase::Start), "{backend:?} {task}: {phases:?}");
+        let ends: Vec<&SubagentEvent> =
+            tasks.iter().filter(|(_, e)| e.task_id == task && e.phase() == SubagentPhase::End).map(|(_, e)| e).collect();
+        assert_eq!(ends.len(), 1, "{backend:?} {task}: one END per task: {phases:?}");
+        assert_eq!(ends[0].status(), SubagentStatus::Cancelled, "{backend:?} {task}: {:?}", ends[0]);
+        assert!(!ends[0].child_run_id.is_empty(), "{:?}", ends[0]);
+        let (_, result) = task_journal(&db, &run.run_id, task).await?;
+        assert!(result.is_some_and(|r| r.starts_with("Task cancelled")), "{backend:?} {task}: the journal entry is closed");
+    }
+    assert!(matches!(events.last().and_then(|e| e.kind.as_ref()), Some(Kind::End(_))), "END is the parent's last event");
     Ok(())
 }
 

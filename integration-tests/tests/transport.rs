@@ -17,6 +17,68 @@ async fn oversized_messages_are_refused_with_the_limit() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Bytes that are no protobuf message of the method's type are the client's error: INVALID_ARGUMENT
+/// with a hint, not INTERNAL (tonic's default), for unary and server-streaming methods alike.
+#[tokio::test]
+async fn malformed_protobuf_is_invalid_argument() -> anyhow::Result<()> {
+    /// Sends and receives bytes as they are.
+    #[derive(Debug, Clone, Default)]
+    struct Raw;
+    impl tonic::codec::Codec for Raw {
+        type Encode = Vec<u8>;
+        type Decode = Vec<u8>;
+        type Encoder = Raw;
+        type Decoder = Raw;
+        fn encoder(&mut self) -> Raw {
+            Raw
+        }
+        fn decoder(&mut self) -> Raw {
+            Raw
+        }
+    }
+    impl tonic::codec::Encoder for Raw {
+        type Item = Vec<u8>;
+        type Error = tonic::Status;
+        fn encode(&mut self, item: Vec<u8>, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+            bytes::BufMut::put_slice(dst, &item);
+            Ok(())
+        }
+    }
+    impl tonic::codec::Decoder for Raw {
+        type Item = Vec<u8>;
+        type Error = tonic::Status;
+        fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+            let n = bytes::Buf::remaining(src);
+            Ok(Some(bytes::Buf::copy_to_bytes(src, n).to_vec()))
+        }
+    }
+
+    let process = start("antler", Launch::new(["up"]))?;
+    // 0x0f: field 1 with wire type 7, which protobuf does not have.
+    for method in ["/antler.runs.v1.RunService/GetRun", "/antler.runs.v1.RunService/StreamRun"] {
+        let mut grpc = tonic::client::Grpc::new(process.channel().await?);
+        grpc.ready().await?;
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(method);
+        let status = if method.ends_with("StreamRun") {
+            match grpc.server_streaming(tonic::Request::new(vec![0x0f_u8, 0x00]), path, Raw).await {
+                Ok(mut stream) => match stream.get_mut().message().await {
+                    Err(status) => status,
+                    Ok(message) => anyhow::bail!("{method}: malformed bytes were accepted: {message:?}"),
+                },
+                Err(status) => status,
+            }
+        } else {
+            match grpc.unary(tonic::Request::new(vec![0x0f_u8, 0x00]), path, Raw).await {
+                Ok(reply) => anyhow::bail!("{method}: malformed bytes were accepted: {:?}", reply.get_ref()),
+                Err(status) => status,
+            }
+        };
+        assert_eq!(status.code(), Code::InvalidArgument, "{method}: {status:?}");
+        assert!(status.message().contains("not a valid protobuf message") && status.message().contains("hint:"), "{status:?}");
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_callers_trace_id_appears_in_the_request_span() -> anyhow::Result<()> {
     let process = start(

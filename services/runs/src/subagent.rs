@@ -66,9 +66,19 @@ pub struct Parent {
     pub done: CancellationToken,
 }
 
+/// How long a parent that stopped (cancelled, timed out) waits for its child to end before it writes
+/// the task's END without the child's own outcome.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
 /// Starts driving `call` for `parent`: returns the channel of updates at once; admission, start and
 /// execution happen in the spawned task, whose handle the parent's worker joins before finalizing.
-pub fn spawn(engine: Arc<Engine>, parent: Parent, call: SubagentCall) -> (mpsc::Receiver<SubagentUpdate>, tokio::task::JoinHandle<()>) {
+/// The task resolves to how the child ended when its parent's log owes a `subagent` END for it (a
+/// START was written), which the parent's host writes unless the `task` call already did.
+pub fn spawn(
+    engine: Arc<Engine>,
+    parent: Parent,
+    call: SubagentCall,
+) -> (mpsc::Receiver<SubagentUpdate>, tokio::task::JoinHandle<Option<SubagentEnd>>) {
     let (tx, rx) = mpsc::channel(UPDATES);
     let span = tracing::info_span!(parent: None, "subagent", parent_run_id = %parent.run_id, task_id = %call.task_id);
     let handle = tokio::spawn(tracing::Instrument::instrument(drive(engine, parent, call, tx), span));
@@ -76,14 +86,14 @@ pub fn spawn(engine: Arc<Engine>, parent: Parent, call: SubagentCall) -> (mpsc::
 }
 
 /// See the module documentation.
-async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc::Sender<SubagentUpdate>) {
+async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc::Sender<SubagentUpdate>) -> Option<SubagentEnd> {
     let started = std::time::Instant::now();
     let (child, found) = match admit(&engine, &parent, &call).await {
         Ok(Some(admitted)) => admitted,
         // The parent's attempt lost its run: closing the channel stops its `task` call.
         Ok(None) => {
             tracing::info!("subagent run not admitted: the parent run is no longer this worker's");
-            return;
+            return None;
         }
         Err(error) => {
             tracing::warn!(%error, "subagent run not admitted");
@@ -92,8 +102,9 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
                 error: format!("the subagent run could not be admitted: {error}"),
                 ..SubagentEnd::default()
             };
+            // Not admitted, so no START was written: the `task` call's result is all there is.
             let _ = tx.send(SubagentUpdate::Ended(end)).await;
-            return;
+            return None;
         }
     };
     let child_id = child.run_id.clone();
@@ -118,12 +129,16 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
             Ok(Some(run)) => run,
             Ok(None) => {
                 let end = SubagentEnd {
+                    child_run_id: child_id.clone(),
                     status: SubagentStatus::Failed,
                     error: format!("subagent run {child_id} disappeared"),
                     ..Default::default()
                 };
-                let _ = tx.send(SubagentUpdate::Ended(end)).await;
-                break;
+                let _ = tx.send(SubagentUpdate::Ended(end.clone())).await;
+                if let Some(follower) = follower {
+                    follower.abort();
+                }
+                return Some(end);
             }
             Err(error) => {
                 tracing::warn!(child_run_id = %child_id, %error, "cannot read the subagent run; retrying");
@@ -138,8 +153,10 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
             }
             let end = ending(&engine, &run, &call).await;
             tracing::info!(child_run_id = %child_id, status = %run.status, elapsed_ms = started.elapsed().as_millis() as u64, "subagent run ended");
-            let _ = tx.send(SubagentUpdate::Ended(end)).await;
-            return;
+            // Received by a `task` call that is still waiting, it is written there; the parent's host
+            // writes it otherwise (the call stopped with its parent in between).
+            let _ = tx.send(SubagentUpdate::Ended(end.clone())).await;
+            return Some(end);
         }
         let attempt = match started_here.take() {
             Some(run) => Ok(Some((run, false))),
@@ -177,6 +194,36 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
     }
     if let Some(follower) = follower {
         follower.abort();
+    }
+    stopped_with_parent(&engine, &parent, &child_id, &call).await
+}
+
+/// How the child of a parent whose attempt stopped while it ran ended: the parent's log owes its END.
+/// None when the parent lost or released its lease: its next owner's `task` call follows the child
+/// and writes the END. The child is interrupted (again: a cancel is idempotent, and the watcher may
+/// not have run while nobody here executed the child) and waited for, at most [`CLOSE_WAIT`].
+async fn stopped_with_parent(engine: &Engine, parent: &Parent, child_id: &str, call: &SubagentCall) -> Option<SubagentEnd> {
+    if matches!(parent.local.cause(), Some(StopCause::Fenced | StopCause::Release)) {
+        return None;
+    }
+    if let Err(error) = cancel::cancel(engine, &parent.user_id, "", child_id, CancelAction::Interrupt, CancelCause::Requested).await {
+        tracing::debug!(child_run_id = %child_id, %error, "subagent run not cancelled with its parent (it may have ended)");
+    }
+    match tokio::time::timeout(CLOSE_WAIT, cancel::wait_terminal(engine, child_id)).await {
+        Ok(Ok(run)) => Some(ending(engine, &run, call).await),
+        outcome => {
+            let why = match outcome {
+                Ok(Err(error)) => error.to_string(),
+                _ => format!("it had not ended {} s after its parent stopped", CLOSE_WAIT.as_secs()),
+            };
+            tracing::warn!(child_run_id = %child_id, %why, "subagent outcome unknown; its END says so");
+            Some(SubagentEnd {
+                child_run_id: child_id.to_owned(),
+                status: SubagentStatus::Cancelled,
+                error: format!("the parent run stopped; the outcome of subagent run {child_id} is unknown: {why}"),
+                ..SubagentEnd::default()
+            })
+        }
     }
 }
 

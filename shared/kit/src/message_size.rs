@@ -1,9 +1,17 @@
-//! Oversized messages answer RESOURCE_EXHAUSTED, as the gRPC spec asks, with the limit named.
+//! tonic's own codec refusals, answered with the codes the gRPC spec and clients expect.
 //!
-//! tonic's codec reports a request over `max_decoding_message_size` as OUT_OF_RANGE; clients (and
-//! grpc-go / grpc-java servers) expect RESOURCE_EXHAUSTED. For unary and server-streaming calls the
-//! refusal is a trailers-only response, so rewriting its head is enough. A client stream whose later
-//! message is too large still sees tonic's OUT_OF_RANGE in the trailers.
+//! - Oversized messages answer RESOURCE_EXHAUSTED, as the gRPC spec asks, with the limit named.
+//!   tonic's codec reports a request over `max_decoding_message_size` as OUT_OF_RANGE; clients (and
+//!   grpc-go / grpc-java servers) expect RESOURCE_EXHAUSTED.
+//! - A request that is not a valid protobuf message of the method's type answers INVALID_ARGUMENT:
+//!   tonic-prost maps every decode failure to INTERNAL, which tells a client the server is at fault
+//!   and invites a retry that will fail the same way. On the server side a decode failure can only be
+//!   the request's (a client's codec decoding a bad *response* is another matter, which is why this
+//!   is a server layer and not a codec of our own, which both sides would share).
+//!
+//! For unary and server-streaming calls the refusal is a trailers-only response, so rewriting its
+//! head is enough. A client stream whose later message is too large or malformed still sees tonic's
+//! code in the trailers.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,6 +20,8 @@ use std::task::{Context, Poll};
 use http::{HeaderValue, Request, Response};
 
 const TONIC_PREFIX: &str = "Error, decoded message length too large";
+/// How prost's `DecodeError` starts its text (tonic-prost puts it in the INTERNAL status as it is).
+const DECODE_PREFIX: &str = "failed to decode Protobuf message";
 
 /// Tower layer rewriting tonic's size refusal.
 #[derive(Clone, Copy, Debug)]
@@ -58,6 +68,7 @@ where
         let limit = *this.limit;
         this.inner.poll(cx).map_ok(|mut response| {
             rewrite(response.headers_mut(), limit);
+            rewrite_decode_failure(response.headers_mut());
             response
         })
     }
@@ -80,6 +91,21 @@ fn rewrite(headers: &mut http::HeaderMap, limit: usize) {
         headers.insert("grpc-message", value);
     }
     metrics::counter!("antler_requests_too_large_total").increment(1);
+}
+
+fn rewrite_decode_failure(headers: &mut http::HeaderMap) {
+    if headers.get("grpc-status").map(HeaderValue::as_bytes) != Some(b"13") {
+        return;
+    }
+    let Some(status) = tonic::Status::from_header_map(headers) else { return };
+    let Some(detail) = status.message().strip_prefix(DECODE_PREFIX) else { return };
+    let detail = detail.trim_start_matches(':').trim();
+    let refusal = tonic::Status::invalid_argument(format!(
+        "the request is not a valid protobuf message for this method ({detail})\nhint: the client's .proto files may not match \
+         the server's: compare them with `grpcurl describe`, or regenerate the stubs from proto/"
+    ));
+    // Only fails for a message that cannot be a header value, which this one can always be.
+    let _ = refusal.add_header(headers);
 }
 
 impl<S, ReqBody, ResBody> tower_service::Service<Request<ReqBody>> for MessageSizeService<S>
@@ -117,6 +143,26 @@ mod tests {
         assert_eq!(headers.get("grpc-status").map(HeaderValue::as_bytes), Some(&b"8"[..]));
         let message = headers.get("grpc-message").and_then(|v| v.to_str().ok()).unwrap_or_default();
         assert!(message.contains("8195") && message.contains("2048"), "{message}");
+    }
+
+    #[test]
+    fn tonic_decode_failures_become_invalid_argument() {
+        let mut headers = http::HeaderMap::new();
+        // What tonic-prost answers for bytes that are no protobuf message: a field with wire type 7.
+        let Err(decode) = <prost_types::Duration as prost::Message>::decode(&[0x0f_u8, 0x00][..]) else {
+            panic!("0x0f is wire type 7, which does not exist")
+        };
+        let _ = tonic::Status::internal(decode.to_string()).add_header(&mut headers);
+        rewrite_decode_failure(&mut headers);
+        let status = tonic::Status::from_header_map(&headers).unwrap_or_else(|| tonic::Status::unknown("no status"));
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains("wire type") && status.message().contains("hint:"), "{status:?}");
+
+        // Any other INTERNAL stays what it is: the server's own fault.
+        let mut headers = http::HeaderMap::new();
+        let _ = tonic::Status::internal("database is corrupt").add_header(&mut headers);
+        rewrite_decode_failure(&mut headers);
+        assert_eq!(tonic::Status::from_header_map(&headers).map(|s| s.code()), Some(tonic::Code::Internal));
     }
 
     #[test]

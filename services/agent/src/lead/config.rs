@@ -19,6 +19,21 @@ pub struct LeadConfig {
     pub memory: MemoryConfig,
     /// The `task` tool and its subagents (see `subagents.rs`).
     pub subagents: super::subagents::SubagentsConfig,
+    /// What a run whose final answer was cut at the model's output limit (finish reason `length`,
+    /// no tool calls) ends as.
+    pub truncated_answer: TruncatedAnswer,
+}
+
+/// `runs.lead.truncated_answer`: a final answer the model could not finish is not a success by
+/// default — the words stop mid-sentence, and a client reading SUCCESS would deliver them as done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TruncatedAnswer {
+    /// ERROR with code `model_length_capped` (the cut answer stays in the thread's state).
+    #[default]
+    Error,
+    /// SUCCESS with stop_reason `model_length_capped` (the behaviour before this setting existed).
+    Accept,
 }
 
 /// The Memory layer (the memory service's own settings, debounce, caps and thresholds, are in its

@@ -132,6 +132,7 @@ impl AgentFactory for LeadFactory {
             subagent,
             skills_enabled: self.config.skills.enabled,
             skills: Vec::new(),
+            truncated_answer: self.config.truncated_answer,
         }))
     }
 }
@@ -154,6 +155,8 @@ pub struct LeadAgent {
     pub skills_enabled: bool,
     /// The user's enabled skills, listed at the start of the attempt.
     pub skills: Vec<skills::SkillInfo>,
+    /// How an answer cut at the model's output limit ends (`runs.lead.truncated_answer`).
+    pub truncated_answer: config::TruncatedAnswer,
 }
 
 impl LeadAgent {

@@ -10,6 +10,7 @@ use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{CustomEvent, MessageEvent, RunError, ToolFinished, ToolStarted};
 
 use super::LeadAgent;
+use super::config::TruncatedAnswer;
 use super::env::RunEnv;
 use super::model::ChatStreamCall;
 use super::pipeline::LoopError;
@@ -17,6 +18,9 @@ use super::state::{ThreadState, text_message, tool_message};
 use super::tools::{Args, ToolError, ToolOutput};
 use crate::AgentContext;
 use crate::outcome::{Outcome, Outputs};
+
+/// The stop reason (and, by default, the error code) of a final answer cut at the model's output limit.
+pub const LENGTH_CAPPED: &str = "model_length_capped";
 
 /// Longest result summary in a ToolFinished event, in characters.
 const SUMMARY_CHARS: usize = 2000;
@@ -36,6 +40,15 @@ pub async fn run(agent: &LeadAgent, ctx: AgentContext) -> Outcome {
     }
     let outputs = Outputs { presented: env.presented(), baseline: env.outputs_before(), ..Outputs::default() };
     match result {
+        Ok(stop_reason) if stop_reason == LENGTH_CAPPED && agent.truncated_answer == TruncatedAnswer::Error => Outcome::Failed(RunError {
+            code: LENGTH_CAPPED.to_owned(),
+            message: "the model's final answer was cut off at its output limit (finish reason `length`), so the run did not \
+                     complete\nhint: raise the model's max_tokens (models[].max_tokens), ask for a shorter answer, or set \
+                     runs.lead.truncated_answer: accept to end such runs SUCCESS; the cut answer is in the thread's state"
+                .to_owned(),
+            retryable: false,
+            details: None,
+        }),
         Ok(stop_reason) => Outcome::Completed { stop_reason, outputs },
         Err(LoopError::Cancelled | LoopError::Fenced) => Outcome::Cancelled { outputs },
         Err(LoopError::Model { code, message, retryable }) => Outcome::Failed(RunError { code, message, retryable, details: None }),
@@ -145,7 +158,7 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
         message.role = Role::Assistant as i32;
         unique_call_ids(&state.messages, &mut message);
         match turn.finish_reason {
-            FinishReason::Length if message.tool_calls.is_empty() => env.stop("model_length_capped"),
+            FinishReason::Length if message.tool_calls.is_empty() => env.stop(LENGTH_CAPPED),
             FinishReason::ContentFilter => {
                 let dropped = message.tool_calls.len();
                 message.tool_calls.clear();

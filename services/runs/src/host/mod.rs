@@ -38,10 +38,18 @@ pub struct RunHost {
     known: Mutex<Known>,
     /// What the run's subagent runs inherit (its request's secret names and context).
     inherit: Inherited,
-    /// The drivers of this attempt's subagent runs (see `crate::subagent`), joined before finalizing.
-    children: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The drivers of this attempt's subagent runs (see `crate::subagent`) by task, joined before
+    /// finalizing.
+    children: Mutex<Vec<Child>>,
     /// Fired once the agent returned: subagent runs still going are interrupted.
     done: tokio_util::sync::CancellationToken,
+}
+
+/// One subagent task of this attempt: which task, and its driver (see `crate::subagent::spawn`).
+struct Child {
+    task_id: String,
+    subagent_type: String,
+    driver: tokio::task::JoinHandle<Option<antler_agent::SubagentEnd>>,
 }
 
 /// What a run's subagent runs inherit from its request.
@@ -63,6 +71,8 @@ struct Known {
     /// The whole (redacted) state of `head` as written, so the next checkpoint is stored as a delta
     /// against it without reading it back. Taken by a checkpoint write and put back after it.
     last: Option<crate::checkpoints::Full>,
+    /// The `task` calls whose journal result (and END event) this attempt wrote.
+    closed_tasks: Vec<String>,
 }
 
 impl std::fmt::Debug for RunHost {
@@ -105,8 +115,9 @@ impl Host for RunHost {
                 local: self.local.clone(),
                 done: self.done.clone(),
             };
+            let (task_id, subagent_type) = (call.task_id.clone(), call.subagent_type.clone());
             let (updates, driver) = crate::subagent::spawn(self.engine.clone(), parent, call);
-            self.children.lock().unwrap_or_else(|p| p.into_inner()).push(driver);
+            self.children.lock().unwrap_or_else(|p| p.into_inner()).push(Child { task_id, subagent_type, driver });
             Ok(updates)
         })
     }
@@ -123,14 +134,36 @@ impl RunHost {
     }
 
     /// Called once the agent returned: interrupts subagent runs still going (none, unless the agent
-    /// stopped mid-task) and waits for their drivers, so no child outlives its parent's attempt.
+    /// stopped mid-task) and waits for their drivers, so no child outlives its parent's attempt. A
+    /// task whose `task` call stopped before it recorded the end (the parent was cancelled or timed
+    /// out while its child ran) is closed here, in one write before the parent is finalized: its END
+    /// event, the child's usage and the call's journal result — every START in the log gets its END.
     pub async fn join_children(&self) {
         self.done.cancel();
         let children = std::mem::take(&mut *self.children.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut batch = antler_agent::Batch::default();
         for child in children {
-            if tokio::time::timeout(std::time::Duration::from_secs(30), child).await.is_err() {
-                tracing::warn!(run_id = %self.spec.run_id, "a subagent run did not stop within 30 s of its parent; finalizing without it");
+            let end = match tokio::time::timeout(std::time::Duration::from_secs(30), child.driver).await {
+                Ok(Ok(end)) => end,
+                Ok(Err(join)) => {
+                    tracing::warn!(run_id = %self.spec.run_id, task_id = %child.task_id, error = %join, "a subagent driver failed");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!(run_id = %self.spec.run_id, task_id = %child.task_id, "a subagent run did not stop within 30 s of its parent; finalizing without it");
+                    None
+                }
+            };
+            let closed = self.known.lock().unwrap_or_else(|p| p.into_inner()).closed_tasks.contains(&child.task_id);
+            if let Some(end) = end.filter(|_| !closed) {
+                let closing = antler_agent::lead::tools::task::closing(&child.task_id, &child.subagent_type, &end.child_run_id, &end);
+                batch.events.push(antler_proto::runs::run_event::Kind::Subagent(closing.event));
+                batch.usage.extend(closing.usage);
+                batch.results.push(closing.record);
             }
+        }
+        if !batch.events.is_empty() && self.write_batch(batch).await.is_err() {
+            tracing::info!(run_id = %self.spec.run_id, "subagent END events not written: fenced");
         }
     }
 
@@ -185,6 +218,7 @@ impl RunHost {
                     if new_usage.is_some() {
                         known.usage_total = new_usage;
                     }
+                    known.closed_tasks.extend(batch.results.iter().map(|done| done.tool_call_id.clone()));
                 }
                 if !written.is_empty() {
                     let path = if lone_event { "statement" } else { "transaction" };

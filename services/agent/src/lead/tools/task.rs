@@ -192,24 +192,12 @@ impl Tool for Task {
                         ctx.emit(Kind::Subagent(step)).await.map_err(stopping)?;
                     }
                     Some(SubagentUpdate::Ended(end)) => {
-                        let (text, is_error) = result_text(&end);
-                        let total = end.usage.total_tokens.max(end.usage.input_tokens + end.usage.output_tokens);
-                        if total > 0 {
-                            let model = if end.model_name.is_empty() { "default" } else { end.model_name.as_str() };
-                            ctx.stage_usage(&format!("subagent:{subagent_type}"), model, &end.usage);
+                        let closing = closing(&call.id, &subagent_type, &child, &end);
+                        if let Some((caller, model, usage)) = &closing.usage {
+                            ctx.stage_usage(caller, model, usage);
                         }
-                        let child_run_id = if end.child_run_id.is_empty() { child.clone() } else { end.child_run_id.clone() };
-                        metrics::counter!("antler_subagent_tasks_total", "status" => status_label(end.status)).increment(1);
-                        let done = SubagentEvent {
-                            status: end.status as i32,
-                            result: end.result.clone(),
-                            error: end.error.clone(),
-                            stop_reason: end.stop_reason.clone(),
-                            usage: Some(end.usage),
-                            ..event(SubagentPhase::End, &child_run_id)
-                        };
-                        let record = EffectResult { tool_call_id: call.id.clone(), result: text.clone(), is_error };
-                        ctx.finish_effect(vec![Kind::Subagent(done)], record).await.map_err(stopping)?;
+                        let (text, is_error) = (closing.record.result.clone(), closing.record.is_error);
+                        ctx.finish_effect(vec![Kind::Subagent(closing.event)], closing.record).await.map_err(stopping)?;
                         return Ok(ToolOutput { text, is_error, outcome_unknown: false });
                     }
                 }
@@ -231,6 +219,39 @@ pub fn start_event(task_id: &str, subagent_type: &str, description: &str, child_
         model_name,
         ..subagent_event(task_id, subagent_type, SubagentPhase::Start, child_run_id)
     }
+}
+
+/// What closing a task writes to its parent run, in one batch: the `subagent` END event, the child's
+/// usage under the `subagent:<type>` caller, and the journal result of the `task` call.
+#[derive(Debug, Clone)]
+pub struct Closing {
+    pub event: SubagentEvent,
+    /// (caller tag, model, usage), when the child spent any tokens.
+    pub usage: Option<(String, String, Usage)>,
+    pub record: EffectResult,
+}
+
+/// The [`Closing`] of task `task_id` that ended as `end`: written by the `task` call, or by the runs
+/// service for a parent whose attempt stopped (cancelled, timed out) while the child ran, so that
+/// every START in the parent's log has its END. `child_run_id` stands in when `end` names none.
+pub fn closing(task_id: &str, subagent_type: &str, child_run_id: &str, end: &SubagentEnd) -> Closing {
+    let (text, is_error) = result_text(end);
+    let total = end.usage.total_tokens.max(end.usage.input_tokens + end.usage.output_tokens);
+    let usage = (total > 0).then(|| {
+        let model = if end.model_name.is_empty() { "default" } else { end.model_name.as_str() };
+        (format!("subagent:{subagent_type}"), model.to_owned(), end.usage)
+    });
+    let child_run_id = if end.child_run_id.is_empty() { child_run_id } else { end.child_run_id.as_str() };
+    metrics::counter!("antler_subagent_tasks_total", "status" => status_label(end.status)).increment(1);
+    let event = SubagentEvent {
+        status: end.status as i32,
+        result: end.result.clone(),
+        error: end.error.clone(),
+        stop_reason: end.stop_reason.clone(),
+        usage: Some(end.usage),
+        ..subagent_event(task_id, subagent_type, SubagentPhase::End, child_run_id)
+    };
+    Closing { event, usage, record: EffectResult { tool_call_id: task_id.to_owned(), result: text, is_error } }
 }
 
 /// The fields every `subagent` event of a task carries.
