@@ -23,12 +23,27 @@ pub struct ReplayScript {
     /// What to do when the conversation has more assistant turns than the script.
     #[serde(default)]
     pub after_last: AfterLast,
+    /// Answers for the memory layer instead of turns (see `memory.rs`); both off by default.
+    #[serde(default)]
+    pub memory: ReplayMemory,
     /// The answers, in order. At least one.
     pub turns: Vec<ReplayTurn>,
 }
 
 fn default_chunk_chars() -> usize {
     16
+}
+
+/// What a replay model does for the memory layer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplayMemory {
+    /// Answer the memory service's extraction calls (caller `middleware:memory`) with facts derived from
+    /// the conversation, in its strict JSON format, instead of playing a turn.
+    pub extract: bool,
+    /// Start the first answer of a conversation whose system prompt holds a `<memory>` block with
+    /// "From memory: " and the facts the block lists.
+    pub recall: bool,
 }
 
 /// Behaviour past the script's end.
@@ -73,6 +88,9 @@ pub struct ReplayTurn {
     pub fail: Option<ReplayFailure>,
     /// Cut the stream after this many chunks (no finish, no usage), like a dropped connection.
     pub break_after_chunks: Option<usize>,
+    /// Play this turn only when the request offers every one of these tools; otherwise the script reads
+    /// as if it did not have the turn (turns are counted among those that apply).
+    pub if_offered: Vec<String>,
 }
 
 /// A scripted tool call.
@@ -84,6 +102,8 @@ pub struct ReplayToolCall {
     pub name: String,
     /// A JSON object, or a string streamed verbatim (to script invalid arguments).
     pub arguments: Value,
+    /// Send this call only when the request offers a tool of this name; otherwise it is left out of the turn.
+    pub if_offered: bool,
 }
 
 /// Scripted token counts.
