@@ -16,6 +16,18 @@ const T: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_thread_remembers_what_the_first_was_told() -> Result<()> {
+    remembers(true).await
+}
+
+/// With auth on, the services of one process call each other without a configured `service_token`
+/// (the process's internal mark): memory works with no `clients` section at all, where it used to
+/// log a WARN per run and remember nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_on_one_process_remembers_without_service_tokens() -> Result<()> {
+    remembers(false).await
+}
+
+async fn remembers(service_tokens: bool) -> Result<()> {
     let double = LlmDouble::start(
         vec![
             Turn::text("Noted: Rust for services."),
@@ -29,7 +41,15 @@ async fn a_second_thread_remembers_what_the_first_was_told() -> Result<()> {
     )
     .await?;
     let db = TestDb::new(Backend::Sqlite).await?;
-    let up = start_agent_up(&db, &double.models_yaml(), "  lead:\n    memory:\n      enabled: true\n", None)?;
+    let mut yaml = agent_config(&db, &double.models_yaml(), "  lead:\n    memory:\n      enabled: true\n");
+    if !service_tokens {
+        let clients = format!(
+            "clients:\n  sandbox:\n    service_token: {SERVICE}\n  models:\n    service_token: {SERVICE}\n  mcp:\n    service_token: {SERVICE}\n  memory:\n    service_token: {SERVICE}\n"
+        );
+        ensure!(yaml.contains(&clients), "the config's clients section changed: {yaml}");
+        yaml = yaml.replace(&clients, "");
+    }
+    let up = antler_integration_tests::start("antler", antler_integration_tests::Launch::new(["up"]).config(yaml))?;
     let (mut runs, _) = clients(&up).await?;
     let first = runs
         .create_run(authed(prompt_request("", "I always write my services in Rust."), ALICE))
@@ -59,5 +79,6 @@ async fn a_second_thread_remembers_what_the_first_was_told() -> Result<()> {
     ensure!(second.status() == RunStatus::Success && second.thread_id != first.thread_id, "{:?}", second.error);
     let prompt = double.requests()[2]["messages"][0]["content"].to_string();
     ensure!(prompt.contains("<memory>") && prompt.contains("The user writes their services in Rust"), "{prompt}");
+    ensure!(!up.stderr().contains("memory service call failed"), "{}", up.stderr());
     Ok(())
 }

@@ -201,7 +201,9 @@ pub fn load(config: &Config) -> Result<MemoryConfig, ConfigError> {
 
 /// Parses and checks the `memory` section (for start-up, reloads and `antler config check`).
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
-    load(config).map(|_| ())
+    load(config)?;
+    // Extraction runs on the queue's own account: no caller token to forward.
+    config.require_service_token("memory", "models", "to extract facts from queued conversations")
 }
 
 #[cfg(test)]

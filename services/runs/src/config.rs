@@ -284,14 +284,49 @@ pub fn load(config: &Config) -> Result<RunsConfig, ConfigError> {
     Ok(runs)
 }
 
-/// Parses and checks the `runs` section (for start-up, reloads and `antler config check`).
+/// Parses and checks the `runs` section (for start-up, reloads and `antler config check`), and that
+/// the run workers can reach the services they call with auth on (see
+/// [`Config::require_service_token`]).
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
-    load(config).map(|_| ())
+    let runs = load(config)?;
+    let worker = "for each run's worker (background work)";
+    config.require_service_token("runs", "sandbox", worker)?;
+    if runs.agent == AgentKind::Lead {
+        config.require_service_token("runs", "models", worker)?;
+        if runs.lead.mcp.enabled {
+            config.require_service_token("runs", "mcp", worker)?;
+        }
+        if runs.lead.memory.enabled {
+            config.require_service_token("runs", "memory", worker)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn with_auth_on_a_remote_service_without_a_service_token_is_refused_by_name() {
+        let yaml = |extra: &str| {
+            format!(
+                "server:\n  auth:\n    enabled: true\n    api_keys: [{{key: alice-key-0123456789, user: alice}}]\nclients:\n  sandbox: {{endpoint: 'http://sandbox:50051', service_token: svc-key-0123456789}}\n  memory: {{endpoint: 'http://memory:50051'}}\n{extra}"
+            )
+        };
+        let check = |extra: &str| Config::parse(&yaml(extra), "test", &|_| None).and_then(|c| validate(&c));
+        // Memory off: the workers never call it, so no token is needed for it.
+        assert!(check("").is_ok(), "{:?}", check(""));
+        let error = check("runs:\n  lead:\n    memory:\n      enabled: true\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("clients.memory.service_token") && error.contains("http://memory:50051"), "{error}");
+        assert!(error.contains("hint:"), "{error}");
+        // One process (empty endpoints): no token needed whatever is on.
+        let one_process = "server:\n  auth:\n    enabled: true\n    api_keys: [{key: alice-key-0123456789, user: alice}]\nruns:\n  lead:\n    memory:\n      enabled: true\n";
+        assert!(Config::parse(one_process, "test", &|_| None).and_then(|c| validate(&c)).is_ok());
+        // Auth off: nothing to present.
+        let no_auth = "clients:\n  memory: {endpoint: 'http://memory:50051'}\nruns:\n  lead:\n    memory:\n      enabled: true\n";
+        assert!(Config::parse(no_auth, "test", &|_| None).and_then(|c| validate(&c)).is_ok());
+    }
 
     #[test]
     fn the_idle_in_transaction_timeout_is_off_or_in_range() {

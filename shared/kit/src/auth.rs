@@ -4,7 +4,9 @@
 //! With authentication disabled every caller is the configured local user; that is only allowed on a
 //! loopback listen address unless `server.allow_insecure` is set (checked at start-up by the server).
 //! Services call each other with a *service* principal that may name the user it acts for in the
-//! `x-antler-user` metadata; a plain user's key can never do that.
+//! `x-antler-user` metadata; a plain user's key can never do that. Services in one process call each
+//! other without a token: the process's mark ([`crate::internal`]) makes such a call a service
+//! principal acting for the user it names.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -275,7 +277,9 @@ impl Authenticator {
         if !state.enabled {
             return Ok(Identity::local(state.local_user.clone()));
         }
-        let value = headers.get(http::header::AUTHORIZATION).ok_or(AuthError::Missing)?;
+        let Some(value) = headers.get(http::header::AUTHORIZATION) else {
+            return Self::internal(headers);
+        };
         let value = value.to_str().map_err(|_| AuthError::Malformed)?;
         let token = value
             .strip_prefix("Bearer ")
@@ -304,6 +308,29 @@ impl Authenticator {
         }
     }
 }
+
+impl Authenticator {
+    /// A call without a token: only this process may make one, acting for the user it names. Its
+    /// services (`antler up`) then need no `service_token` to do background work for a user, which
+    /// with auth on used to fail quietly at every call of a worker whose token was not configured.
+    fn internal(headers: &HeaderMap) -> Result<Identity, AuthError> {
+        if !crate::internal::is_mark(headers.get(crate::internal::INTERNAL_HEADER).map(|v| v.as_bytes())) {
+            return Err(AuthError::Missing);
+        }
+        let acting = headers.get(ACT_AS_HEADER).ok_or(AuthError::Missing)?.to_str().map_err(|_| AuthError::BadActAs)?;
+        if !valid_user_id(acting) {
+            return Err(AuthError::BadActAs);
+        }
+        Ok(Identity {
+            user_id: acting.to_owned(),
+            principal: Principal::Service { service: INTERNAL_SERVICE.to_owned() },
+            credential: None,
+        })
+    }
+}
+
+/// The service id of calls this process makes to itself without a token (see [`crate::internal`]).
+pub const INTERNAL_SERVICE: &str = "antler-internal";
 
 fn looks_like_jwt(token: &str) -> bool {
     token.starts_with("eyJ") && token.matches('.').count() == 2

@@ -100,9 +100,9 @@ impl ServiceClient {
             metadata.insert(ATTEMPT_HEADER, MetadataValue::from(run.attempt));
         }
         if self.same_process
-            && let Ok(value) = MetadataValue::try_from(crate::limit::internal_mark())
+            && let Ok(value) = MetadataValue::try_from(crate::internal::internal_mark())
         {
-            metadata.insert(crate::limit::INTERNAL_HEADER, value);
+            metadata.insert(crate::internal::INTERNAL_HEADER, value);
         }
         let (token, act_as) = match (&ctx.identity.principal, &ctx.identity.credential) {
             (Principal::User, Some(token)) => (Some(token.to_string()), None),
@@ -110,11 +110,17 @@ impl ServiceClient {
             // Local mode, or a background context: present our own service token, if configured.
             _ => ((!self.config.service_token.is_empty()).then(|| self.config.service_token.clone()), Some(&ctx.identity.user_id)),
         };
-        if let Some(value) = token.and_then(|t| MetadataValue::try_from(format!("Bearer {t}")).ok()) {
+        let bearer = token.and_then(|t| MetadataValue::try_from(format!("Bearer {t}")).ok());
+        let has_token = bearer.is_some();
+        if let Some(value) = bearer {
             metadata.insert("authorization", value);
-            if let Some(value) = act_as.and_then(|u| MetadataValue::try_from(u.as_str()).ok()) {
-                metadata.insert(ACT_AS_HEADER, value);
-            }
+        }
+        // With a service token the callee reads whom it acts for from here; without any token, so does
+        // this process's own server (the internal mark above stands in for the token).
+        if (has_token || self.same_process)
+            && let Some(value) = act_as.and_then(|u| MetadataValue::try_from(u.as_str()).ok())
+        {
+            metadata.insert(ACT_AS_HEADER, value);
         }
         request
     }

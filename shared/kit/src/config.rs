@@ -481,6 +481,33 @@ impl Config {
     }
 }
 
+impl Config {
+    /// With `server.auth` on, the work `caller` does on its own account (`why`: a run's worker, the
+    /// extraction queue), which has no caller token to forward, reaches `service` with
+    /// `clients.<service>.service_token`. Services in one process need none (the internal mark, see
+    /// [`crate::internal`]); at another address a missing token would refuse every such call while the
+    /// feature quietly does nothing, so it is a configuration error that names the key.
+    pub fn require_service_token(&self, caller: &str, service: &str, why: &str) -> Result<(), ConfigError> {
+        if !self.server.auth.enabled {
+            return Ok(());
+        }
+        let Some((_, client)) = self.clients.iter().find(|(name, _)| *name == service) else { return Ok(()) };
+        if client.endpoint.is_empty() || !client.service_token.is_empty() {
+            return Ok(());
+        }
+        Err(ConfigError::Invalid {
+            path: format!("clients.{service}.service_token"),
+            message: format!(
+                "the {caller} service calls the {service} service at {} {why}, with no caller token to forward, and \
+                 server.auth is enabled: those calls would be refused\nhint: add an API key with `service: true` to \
+                 server.auth.api_keys (of both services) and set it here, as the Helm chart does; services in one process \
+                 (an empty endpoint, as in `antler up`) need none",
+                client.endpoint
+            ),
+        })
+    }
+}
+
 impl ClientsConfig {
     /// Every client with its service name.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, &ClientConfig)> {

@@ -141,7 +141,7 @@ mod tests {
         let mut own = request("/pkg.S/Get");
         own.headers_mut().insert("grpc-timeout", http::HeaderValue::from_static("60S"));
         let mut internal = request("/pkg.S/Get");
-        internal.headers_mut().insert(crate::limit::INTERNAL_HEADER, http::HeaderValue::from_static(crate::limit::internal_mark()));
+        internal.headers_mut().insert(crate::internal::INTERNAL_HEADER, http::HeaderValue::from_static(crate::internal::internal_mark()));
         let mut calls = Vec::new();
         for call in [own, request("/pkg.S/Wait"), internal] {
             calls.push(tokio::time::timeout(Duration::from_millis(2500), svc.ready().await?.call(call)));

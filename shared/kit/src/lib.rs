@@ -9,6 +9,7 @@ pub mod client;
 pub mod config;
 pub mod deadline;
 pub mod input_keys;
+pub mod internal;
 pub mod json;
 pub mod limit;
 pub mod message_size;

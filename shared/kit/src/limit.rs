@@ -2,8 +2,8 @@
 //!
 //! Two budgets: client calls (`server.concurrency_limit`) and calls between Antler services
 //! (`server.internal_concurrency_limit`). A call is internal when it comes from this very process —
-//! it carries [`INTERNAL_HEADER`] with a random value only this process knows — or is authenticated as
-//! a service principal. Without the split, every lead run waiting on its model held one in-process
+//! it carries the process's mark ([`crate::internal`]) — or is authenticated as a service principal.
+//! Without the split, every lead run waiting on its model held one in-process
 //! ChatStream against the client budget, and 1,000 such runs left no room for the CancelRun calls
 //! that should stop them.
 //!
@@ -21,26 +21,7 @@ use futures::future::{Either, Ready, ready};
 use http::{Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The metadata key that marks a call made by this process to itself.
-pub const INTERNAL_HEADER: &str = "x-antler-internal";
-
-/// The value of [`INTERNAL_HEADER`] for this process: 128 random bits from the kernel, never sent
-/// anywhere but to this process's own listener, so another client cannot claim the internal budget.
-pub fn internal_mark() -> &'static str {
-    static MARK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        let mut bytes = [0u8; 16];
-        let random = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
-        if random.is_err() {
-            // No /dev/urandom: std's hasher keys come from the OS's randomness too.
-            use std::hash::BuildHasher;
-            let half = || std::collections::hash_map::RandomState::new().hash_one(0u8).to_le_bytes();
-            bytes[..8].copy_from_slice(&half());
-            bytes[8..].copy_from_slice(&half());
-        }
-        hex::encode(bytes)
-    });
-    &MARK
-}
+pub use crate::internal::{INTERNAL_HEADER, internal_mark};
 
 /// Whether a request is a call between Antler services (see the module documentation).
 pub fn is_internal_request<B>(request: &Request<B>) -> bool {
@@ -54,11 +35,8 @@ pub fn is_internal_call<T>(request: &tonic::Request<T>) -> bool {
 }
 
 fn internal(mark: Option<&[u8]>, extensions: &http::Extensions) -> bool {
-    let marked = mark.is_some_and(|v| {
-        use subtle::ConstantTimeEq;
-        v.ct_eq(internal_mark().as_bytes()).into()
-    });
-    marked || extensions.get::<crate::auth::Identity>().is_some_and(|i| matches!(i.principal, crate::auth::Principal::Service { .. }))
+    crate::internal::is_mark(mark)
+        || extensions.get::<crate::auth::Identity>().is_some_and(|i| matches!(i.principal, crate::auth::Principal::Service { .. }))
 }
 
 /// One budget of requests in flight.

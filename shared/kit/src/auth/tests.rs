@@ -162,3 +162,30 @@ fn enabling_auth_without_credentials_is_a_config_error() {
     let cfg = AuthConfig { enabled: true, ..AuthConfig::default() };
     assert!(matches!(Authenticator::new(&cfg), Err(ConfigError::Invalid { ref path, .. }) if path == "server.auth.enabled"));
 }
+
+#[test]
+fn this_process_calls_itself_without_a_token_for_the_user_it_names() -> Result<(), ConfigError> {
+    let auth = Authenticator::new(&config())?;
+    let mark = crate::internal::internal_mark();
+    let internal = auth.authenticate(&headers(&[(crate::internal::INTERNAL_HEADER, mark), (ACT_AS_HEADER, "bob")]));
+    let identity = internal.map_err(|e| ConfigError::Invalid { path: "internal".into(), message: e.to_string() })?;
+    assert_eq!(identity.user_id, "bob");
+    assert_eq!(identity.principal, Principal::Service { service: INTERNAL_SERVICE.to_owned() });
+    assert!(identity.credential.is_none(), "nothing to forward: the next hop marks its own call");
+    // Anything short of the exact mark is a caller without a token.
+    let forged = auth.authenticate(&headers(&[(crate::internal::INTERNAL_HEADER, "0123456789abcdef"), (ACT_AS_HEADER, "bob")]));
+    assert_eq!(forged.err(), Some(AuthError::Missing));
+    assert_eq!(auth.authenticate(&headers(&[(ACT_AS_HEADER, "bob")])).err(), Some(AuthError::Missing));
+    // The mark must name whom it acts for, with a valid id.
+    assert_eq!(auth.authenticate(&headers(&[(crate::internal::INTERNAL_HEADER, mark)])).err(), Some(AuthError::Missing));
+    let bad = auth.authenticate(&headers(&[(crate::internal::INTERNAL_HEADER, mark), (ACT_AS_HEADER, "../etc")]));
+    assert_eq!(bad.err(), Some(AuthError::BadActAs));
+    // A user's own token still speaks for that user only, mark or not.
+    let user = auth.authenticate(&headers(&[
+        ("authorization", &bearer(ALICE_KEY)),
+        (crate::internal::INTERNAL_HEADER, mark),
+        (ACT_AS_HEADER, "bob"),
+    ]));
+    assert_eq!(user.err(), Some(AuthError::ActAsForbidden));
+    Ok(())
+}
