@@ -9,6 +9,7 @@ use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::{CreateRunRequest, RunStatus, StreamRunRequest};
 use std::path::PathBuf;
 
+use crate::cli::{ColorChoice, Style};
 use antler_kit::tls::{ClientTls, ClientTlsConfig, Fields};
 use anyhow::{Result, bail};
 use tokio_stream::StreamExt;
@@ -52,22 +53,87 @@ impl TlsArgs {
     }
 }
 
-/// Connects to `endpoint` (over TLS for `https://`, with `tls`), retrying for up to `wait` (the server
+/// Where the CLI connects without `--addr` / `ANTLER_ADDR`.
+pub const DEFAULT_ADDR: &str = "http://127.0.0.1:50051";
+
+/// A server address as `--addr` / `ANTLER_ADDR` take it: `http://host:port`, `https://host:port` (TLS),
+/// or `host:port`, which means `http://host:port` (what grpcurl and the gRPC libraries take).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Addr {
+    url: String,
+}
+
+impl Addr {
+    /// The address as a URL with its scheme (`http://127.0.0.1:50051`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Whether the address asks for TLS (`https://`).
+    pub fn is_tls(&self) -> bool {
+        self.url.starts_with("https://")
+    }
+}
+
+impl std::fmt::Display for Addr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+/// Reads `--addr` / `ANTLER_ADDR` (clap's value parser: a bad address is a usage error, exit code 2).
+pub fn parse_addr(text: &str) -> std::result::Result<Addr, String> {
+    const FORMS: &str = "give host:port, http://host:port or https://host:port (--addr or ANTLER_ADDR)";
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(format!("the address is empty; {FORMS}"));
+    }
+    let url = match text.split_once("://") {
+        Some(("http" | "https", _)) => text.to_owned(),
+        Some((scheme, _)) => return Err(format!("{scheme}:// is not a scheme Antler speaks; {FORMS}")),
+        None => format!("http://{text}"),
+    };
+    let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| format!("{text} is not an address ({e}); {FORMS}"))?;
+    let uri = endpoint.uri();
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{text} names no host; {FORMS}"));
+    }
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
+    let after_host = authority.rsplit_once(']').map_or(authority, |(_, rest)| rest);
+    if let Some((_, port)) = after_host.rsplit_once(':')
+        && port.parse::<u16>().is_err()
+    {
+        return Err(format!("{text}: `{port}` is not a port number; {FORMS}"));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!("{text} has a path; {FORMS}"));
+    }
+    Ok(Addr { url: url.trim_end_matches('/').to_owned() })
+}
+
+/// The plaintext address this process connected to, for naming a TLS server behind it when a call fails.
+static PLAINTEXT: std::sync::OnceLock<Addr> = std::sync::OnceLock::new();
+
+/// Connects to `addr` (over TLS for `https://`, with `tls`), retrying for up to `wait` (the server
 /// may still be starting).
-pub async fn connect(endpoint: &str, wait: Duration, tls: &TlsArgs) -> Result<Channel> {
+pub async fn connect(addr: &Addr, wait: Duration, tls: &TlsArgs) -> Result<Channel> {
     let settings = tls.settings();
-    let client = if endpoint.starts_with("https://") {
+    let client = if addr.is_tls() {
         settings.validate(&Fields::Flags)?;
         Some(ClientTls::load(&settings, &Fields::Flags, Duration::ZERO, None)?)
     } else if !settings.is_empty() {
         bail!(
-            "--ca, --cert, --key and --server-name (or ANTLER_CA, ANTLER_CLIENT_CERT, ANTLER_CLIENT_KEY, ANTLER_SERVER_NAME) are for TLS, but {endpoint} is plaintext\nhint: use --addr https://…"
+            "--ca, --cert, --key and --server-name (or ANTLER_CA, ANTLER_CLIENT_CERT, ANTLER_CLIENT_KEY, ANTLER_SERVER_NAME) are for TLS, but {addr} is plaintext\nhint: use --addr https://…"
         );
     } else {
+        let _ = PLAINTEXT.set(addr.clone());
         None
     };
-    connect_with(endpoint, wait, client.as_ref()).await
+    connect_with(addr.url(), wait, client.as_ref()).await
 }
+
+/// The hint for a plaintext address whose server answered in TLS.
+const SPEAKS_TLS: &str = "\nhint: the server speaks TLS: use https:// and --ca (or ANTLER_CA) with the CA of its certificate";
 
 /// Connects to `endpoint` through `tls` (or plaintext), retrying for up to `wait`.
 pub async fn connect_with(endpoint: &str, wait: Duration, tls: Option<&ClientTls>) -> Result<Channel> {
@@ -82,18 +148,13 @@ pub async fn connect_with(endpoint: &str, wait: Duration, tls: Option<&ClientTls
             Ok(channel) => return Ok(channel),
             Err(error) if tokio::time::Instant::now() >= deadline => {
                 // tonic says only "transport error"; the reason (refused, an unknown certificate) is in the sources.
-                let mut reason = error.to_string();
-                let mut source = std::error::Error::source(&error);
-                while let Some(cause) = source {
-                    reason = format!("{reason}: {cause}");
-                    source = cause.source();
-                }
-                let hint = if reason.contains("certificate") {
+                let reason = chain(&error);
+                let hint = if tls.is_none() && speaks_tls(endpoint) {
+                    SPEAKS_TLS
+                } else if tls.is_some() && reason.contains("InvalidContentType") {
+                    "\nhint: the server does not speak TLS: use http://"
+                } else if reason.contains("certificate") {
                     "\nhint: name the server's CA with --ca (or ANTLER_CA); a server that asks for client certificates also needs --cert and --key"
-                } else if tls.is_none()
-                    && (reason.contains("connection reset") || reason.contains("broken pipe") || reason.contains("h2 protocol"))
-                {
-                    "\nhint: a TLS server needs an https:// address"
                 } else {
                     ""
                 };
@@ -104,15 +165,67 @@ pub async fn connect_with(endpoint: &str, wait: Duration, tls: Option<&ClientTls
     }
 }
 
+/// An error and its sources on one line.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut reason = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !reason.ends_with(&said) {
+            reason = format!("{reason}: {said}");
+        }
+        source = cause.source();
+    }
+    reason
+}
+
+/// When `status` is not the server's answer but the connection failing under the call (tonic makes
+/// such a status from the transport error, which it keeps as the source; a server's own status has
+/// none): the message for exit code 3, naming a TLS server behind a plaintext address.
+pub fn transport_failure(status: &tonic::Status) -> Option<String> {
+    let source = std::error::Error::source(status)?;
+    let reason = chain(source);
+    Some(match PLAINTEXT.get() {
+        Some(addr) if speaks_tls(addr.url()) => format!("cannot talk to the server at {addr}: {reason}{SPEAKS_TLS}"),
+        Some(addr) => format!("lost the connection to the server at {addr}: {reason}"),
+        None => format!("lost the connection to the server: {reason}"),
+    })
+}
+
+/// Whether the server at the plaintext `url` answers in TLS: sends the HTTP/2 preface a plaintext
+/// client opens with and looks at the first byte back, a TLS record (alert 0x15 or handshake 0x16,
+/// version 3.x) rather than an HTTP/2 frame. Only on a failure path, bounded by short timeouts.
+fn speaks_tls(url: &str) -> bool {
+    use std::io::{Read, Write};
+    use std::net::ToSocketAddrs;
+    let Ok(endpoint) = Endpoint::from_shared(url.to_owned()) else { return false };
+    let uri = endpoint.uri();
+    let Some(host) = uri.host() else { return false };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(80);
+    let Some(addr) = (host, port).to_socket_addrs().ok().and_then(|mut a| a.next()) else { return false };
+    let probe = || -> std::io::Result<[u8; 2]> {
+        let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+        stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")?;
+        let mut first = [0u8; 2];
+        stream.read_exact(&mut first)?;
+        Ok(first)
+    };
+    matches!(probe(), Ok([0x15 | 0x16, 0x03]))
+}
+
 /// Streams a run and prints it; returns the final status.
-pub async fn stream_and_print(channel: Channel, token: Option<&str>, create: CreateRunRequest) -> Result<RunStatus> {
+pub async fn stream_and_print(channel: Channel, token: Option<&str>, create: CreateRunRequest, color: ColorChoice) -> Result<RunStatus> {
     let mut request = tonic::Request::new(StreamRunRequest { create: Some(create) });
     if let Some(token) = token {
         request.metadata_mut().insert("authorization", format!("Bearer {token}").parse()?);
     }
-    let mut spinner = crate::spinner::Spinner::stdout();
+    let mut spinner = crate::spinner::Spinner::stdout(color);
     let mut stream = RunServiceClient::new(channel).stream_run(request).await?.into_inner();
-    let mut printer = Printer::default();
+    let mut printer = Printer::new(Style::stdout(color));
+    let mut arguments = crate::spinner::ToolArguments::default();
     let mut ticker = tokio::time::interval(crate::spinner::TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -126,17 +239,28 @@ pub async fn stream_and_print(channel: Channel, token: Option<&str>, create: Cre
         let Some(item) = item else { break };
         let Some(event) = item?.event else { continue };
         let Some(kind) = event.kind else { continue };
-        // Heartbeats keep the stream alive; they are not progress.
-        if !matches!(kind, Kind::Heartbeat(_)) {
-            spinner.clear()?;
-            spinner.reset(waiting_for(&kind));
+        match &kind {
+            // Heartbeats keep the stream alive; they are not progress.
+            Kind::Heartbeat(_) => {}
+            // Tool-call arguments are not printed (the call is, once it starts): the wait goes on, and
+            // the spinner says how much of which call has arrived instead of a frozen screen.
+            Kind::MessageDelta(d) if d.text.is_empty() && d.thinking.is_empty() && !d.tool_calls.is_empty() => {
+                // Nothing is printed for them (an open text line ends, where the spinner was not drawn),
+                // so the spinner stays and its next tick redraws it with the new label.
+                arguments.add(&d.message_id, &d.tool_calls);
+                spinner.progress(arguments.label());
+            }
+            _ => {
+                arguments = crate::spinner::ToolArguments::default();
+                spinner.clear()?;
+                spinner.reset(waiting_for(&kind));
+            }
         }
         printer.print(event.seq, kind)?;
     }
     spinner.clear()?;
     Ok(printer.status)
 }
-
 /// What the run waits for after `kind` (the spinner's label).
 fn waiting_for(kind: &Kind) -> String {
     match kind {
@@ -167,18 +291,18 @@ pub async fn memory(conn: &crate::cli::Conn, agent: &str, action: MemoryAction) 
                 std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
             };
             let r = client.import_memory(conn.request(ImportMemoryRequest { agent_name: agent.to_owned(), document })?).await?.into_inner();
-            println!(
+            outln!(
                 "imported memory.json v{}: {} facts, {} skipped (already known or not active), {} summary sections, {} evicted by the cap",
                 r.version,
                 r.facts_imported,
                 r.facts_skipped,
                 r.sections_imported,
                 r.evicted_fact_ids.len()
-            );
+            )?;
         }
         MemoryAction::Export(version) => {
             let r = client.export_memory(conn.request(ExportMemoryRequest { agent_name: agent.to_owned(), version })?).await?.into_inner();
-            println!("{}", r.document);
+            outln!("{}", r.document)?;
         }
     }
     Ok(())
@@ -194,19 +318,34 @@ enum Open {
 }
 
 /// Prints events as terminal lines: streamed text as it arrives, one line per tool call and result.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Printer {
+    style: Style,
     open: Open,
     status: RunStatus,
 }
 
 impl Printer {
-    /// Prints one event (`seq` is its place in the run's log).
+    /// A printer in `style` (colours or plain text).
+    pub fn new(style: Style) -> Self {
+        Self { style, open: Open::None, status: RunStatus::default() }
+    }
+
+    /// Prints one event (`seq` is its place in the run's log) to stdout.
     pub fn print(&mut self, seq: u64, kind: Kind) -> std::io::Result<()> {
         let mut out = std::io::stdout().lock();
+        self.write(&mut out, seq, kind)?;
+        out.flush()
+    }
+
+    /// Writes one event to `out`.
+    fn write(&mut self, out: &mut impl Write, seq: u64, kind: Kind) -> std::io::Result<()> {
+        let style = self.style;
         let streaming = match &kind {
             Kind::MessageDelta(d) if !d.thinking.is_empty() => Open::Thinking,
             Kind::MessageDelta(d) if !d.text.is_empty() => Open::Text,
+            // The model moved on to tool calls: the text line is done (and the spinner may draw).
+            Kind::MessageDelta(d) if !d.tool_calls.is_empty() => Open::None,
             Kind::MessageDelta(_) | Kind::Heartbeat(_) | Kind::Message(_) => self.open,
             _ => Open::None,
         };
@@ -214,35 +353,40 @@ impl Printer {
             writeln!(out)?;
             self.open = Open::None;
         }
+        let at = style.dim(&format!("[{seq:>3}]"));
         match kind {
-            Kind::Metadata(m) => writeln!(out, "[{seq:>3}] run {} on thread {} (attempt {})", m.run_id, m.thread_id, m.attempt)?,
+            Kind::Metadata(m) => writeln!(out, "{at} run {} on thread {} (attempt {})", m.run_id, m.thread_id, m.attempt)?,
             Kind::MessageDelta(d) => {
-                let (piece, label) = if d.thinking.is_empty() { (d.text, "assistant") } else { (d.thinking, "thinking") };
+                let thinking = !d.thinking.is_empty();
+                let piece = if thinking { d.thinking } else { d.text };
                 if piece.is_empty() {
                     return Ok(());
                 }
                 if self.open == Open::None {
-                    write!(out, "[{seq:>3}] {label}: ")?;
+                    let label = if thinking { style.dim("thinking:") } else { style.accent("assistant:") };
+                    write!(out, "{at} {label} ")?;
                     self.open = streaming;
                 }
-                write!(out, "{piece}")?;
+                if thinking { write!(out, "{}", style.dim(&piece))? } else { write!(out, "{piece}")? }
             }
             Kind::Message(_) | Kind::Heartbeat(_) => {}
-            Kind::Values(v) => writeln!(out, "[{seq:>3}] checkpoint (step {})", v.step)?,
-            Kind::ToolStarted(t) => writeln!(out, "[{seq:>3}] tool {}({})", t.name, arguments(t.arguments.as_ref(), &t.raw_arguments))?,
+            Kind::Values(v) => writeln!(out, "{at} {}", style.dim(&format!("checkpoint (step {})", v.step)))?,
+            Kind::ToolStarted(t) => {
+                writeln!(out, "{at} tool {}({})", style.bold(&t.name), arguments(t.arguments.as_ref(), &t.raw_arguments))?
+            }
             Kind::ToolFinished(t) => {
                 let verdict = if t.outcome_unknown {
-                    "outcome unknown (not re-run)"
+                    style.warn("outcome unknown (not re-run)")
                 } else if t.is_error {
-                    "failed"
+                    style.bad("failed")
                 } else {
-                    "ok"
+                    style.good("ok")
                 };
                 let ms = t.duration.map(|d| d.seconds as f64 * 1000.0 + f64::from(d.nanos) / 1e6).unwrap_or(0.0);
-                writeln!(out, "[{seq:>3}]   → {} {verdict} in {ms:.0} ms: {}", t.name, one_line(&t.result_summary, 100))?
+                writeln!(out, "{at}   → {} {verdict} in {ms:.0} ms: {}", t.name, one_line(&t.result_summary, 100))?
             }
             Kind::Clarification(c) => {
-                writeln!(out, "[{seq:>3}] the agent asks: {}", c.question)?;
+                writeln!(out, "{at} the agent asks: {}", style.bold(&c.question))?;
                 for option in &c.options {
                     writeln!(out, "        {}. {}", option.id, option.label)?;
                 }
@@ -253,25 +397,27 @@ impl Printer {
                 }
                 writeln!(out, "        (answer with: antler run \"…\" --thread <this thread>)")?;
             }
-            Kind::Custom(c) => writeln!(out, "[{seq:>3}] {}", c.name)?,
+            Kind::Custom(c) => writeln!(out, "{at} {}", c.name)?,
             Kind::Delivery(d) => {
-                writeln!(
-                    out,
-                    "[{seq:>3}] delivery receipt: {}",
-                    if d.satisfied { "satisfied".to_owned() } else { format!("NOT satisfied, missing {}", d.missing.join(", ")) }
-                )?;
+                let verdict = if d.satisfied {
+                    style.good("satisfied")
+                } else {
+                    style.bad(&format!("NOT satisfied, missing {}", d.missing.join(", ")))
+                };
+                writeln!(out, "{at} delivery receipt: {verdict}")?;
                 for file in &d.produced {
                     let presented = if d.presented.contains(&file.path) { "presented" } else { "not presented" };
                     let sha = file.sha256.get(..12).unwrap_or(&file.sha256);
                     writeln!(out, "        {} ({} bytes, sha256 {sha}…, {presented})", file.path, file.size)?;
                 }
             }
-            Kind::Error(e) => writeln!(out, "[{seq:>3}] error: {}", e.error.map(|e| e.message).unwrap_or_default())?,
+            Kind::Error(e) => writeln!(out, "{at} {}", style.bad(&format!("error: {}", e.error.map(|e| e.message).unwrap_or_default())))?,
             Kind::End(end) => {
                 self.status = end.status();
                 let usage = end.usage.unwrap_or_default();
                 let reason = if end.stop_reason.is_empty() { String::new() } else { format!(" ({})", end.stop_reason) };
-                writeln!(out, "[{seq:>3}] end: {}{reason}", self.status.as_str_name().trim_start_matches("RUN_STATUS_"))?;
+                let status = style.status(self.status.as_str_name().trim_start_matches("RUN_STATUS_"));
+                writeln!(out, "{at} end: {status}{reason}")?;
                 writeln!(
                     out,
                     "        usage: {} tokens in {} model calls ({} in, {} out; lead agent {}, middlewares {})",
@@ -283,12 +429,12 @@ impl Printer {
                     usage.middleware_tokens
                 )?;
                 if let Some(error) = end.error {
-                    writeln!(out, "        {}: {}", error.code, error.message)?;
+                    writeln!(out, "        {}", style.bad(&format!("{}: {}", error.code, error.message)))?;
                 }
             }
-            other => writeln!(out, "[{seq:>3}] {other:?}")?,
+            other => writeln!(out, "{at} {other:?}")?,
         }
-        out.flush()
+        Ok(())
     }
 }
 
@@ -336,5 +482,74 @@ pub fn demo_request() -> CreateRunRequest {
         expected_outputs: vec![DEMO_OUTPUT.to_owned()],
         config: Some(antler_proto::runs::RunConfig { plan_mode: true, ..Default::default() }),
         ..CreateRunRequest::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use antler_proto::runs::{EndEvent, MessageDelta, ToolCallDelta, ToolFinished};
+
+    use super::*;
+
+    fn printed(style: Style, events: Vec<Kind>) -> String {
+        let mut printer = Printer::new(style);
+        let mut out = Vec::new();
+        for (seq, kind) in events.into_iter().enumerate() {
+            printer.write(&mut out, seq as u64 + 1, kind).unwrap_or_else(|e| panic!("{e}"));
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn text(piece: &str) -> Kind {
+        Kind::MessageDelta(MessageDelta { message_id: "m".into(), text: piece.into(), ..MessageDelta::default() })
+    }
+
+    fn arguments(piece: &str) -> Kind {
+        let call = ToolCallDelta { name: "write_file".into(), arguments: piece.into(), ..ToolCallDelta::default() };
+        Kind::MessageDelta(MessageDelta { message_id: "m".into(), tool_calls: vec![call], ..MessageDelta::default() })
+    }
+
+    #[test]
+    fn tool_call_arguments_close_the_text_line_and_are_not_printed() {
+        let plain = Style::new(ColorChoice::Never, true, None, None);
+        let out = printed(plain, vec![text("Writing "), text("the note."), arguments("{\"path\": "), arguments("\"/a\"}")]);
+        assert_eq!(out, "[  1] assistant: Writing the note.\n", "the line ends when the arguments start, so the spinner can draw");
+        let mut printer = Printer::new(plain);
+        let mut sink = Vec::new();
+        printer.write(&mut sink, 1, text("Hi")).unwrap_or_else(|e| panic!("{e}"));
+        printer.write(&mut sink, 2, arguments("{")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(printer.open, Open::None);
+    }
+
+    #[test]
+    fn colours_mark_outcomes_and_are_absent_in_plain_text() {
+        let events = || {
+            vec![
+                text("Done."),
+                Kind::ToolFinished(ToolFinished { name: "bash".into(), is_error: true, ..ToolFinished::default() }),
+                Kind::End(EndEvent { status: RunStatus::Success as i32, ..EndEvent::default() }),
+            ]
+        };
+        let coloured = printed(Style::new(ColorChoice::Always, false, None, None), events());
+        assert!(coloured.contains("\x1b[36massistant:\x1b[0m"), "{coloured:?}");
+        assert!(coloured.contains("\x1b[31mfailed\x1b[0m"), "{coloured:?}");
+        assert!(coloured.contains("end: \x1b[32mSUCCESS\x1b[0m"), "{coloured:?}");
+        let plain = printed(Style::new(ColorChoice::Never, true, None, None), events());
+        assert!(!plain.contains('\x1b'), "{plain:?}");
+        assert!(plain.contains("[  3] end: SUCCESS\n"), "{plain:?}");
+    }
+
+    #[test]
+    fn an_address_is_a_url_or_host_and_port() {
+        let url = |text: &str| parse_addr(text).map(|a| (a.url().to_owned(), a.is_tls()));
+        assert_eq!(url("127.0.0.1:50051"), Ok(("http://127.0.0.1:50051".to_owned(), false)));
+        assert_eq!(url("http://127.0.0.1:50051"), Ok(("http://127.0.0.1:50051".to_owned(), false)));
+        assert_eq!(url("https://antler.example.com:443/"), Ok(("https://antler.example.com:443".to_owned(), true)));
+        assert_eq!(url("localhost:50051"), Ok(("http://localhost:50051".to_owned(), false)));
+        assert_eq!(url("[::1]:50051"), Ok(("http://[::1]:50051".to_owned(), false)));
+        for bad in ["", "ftp://host:1", "http://[bad", "http://host:1/path", "host:port"] {
+            let error = parse_addr(bad).err().unwrap_or_default();
+            assert!(error.contains("host:port, http://host:port or https://host:port"), "{bad:?}: {error}");
+        }
     }
 }

@@ -3,6 +3,8 @@
 //! models|mcp|memory`, in `cli/`), DeerFlow memory.json import/export (`antler memory import|export`),
 //! and configuration checks (`antler config check`). Exit codes: see `cli/mod.rs` and the README.
 
+#[macro_use]
+mod output;
 mod cli;
 mod client;
 mod spinner;
@@ -35,9 +37,9 @@ enum Command {
     Run {
         /// The user message.
         text: String,
-        /// Server address.
-        #[arg(long, env = "ANTLER_ADDR", default_value = "http://127.0.0.1:50051")]
-        addr: String,
+        /// Server address: http://host:port, https://host:port (TLS), or host:port (plaintext).
+        #[arg(long, env = "ANTLER_ADDR", default_value = client::DEFAULT_ADDR, value_parser = client::parse_addr)]
+        addr: client::Addr,
         /// Thread to run on (empty: a new thread).
         #[arg(long, default_value = "")]
         thread: String,
@@ -56,6 +58,13 @@ enum Command {
         /// succeeds only if it exists at the end.
         #[arg(long = "expect", value_name = "PATH")]
         expected_outputs: Vec<String>,
+        /// What to do when the thread already has an active run: reject (the default), interrupt it,
+        /// rollback (interrupt it and discard its checkpoints), or enqueue this run behind it.
+        #[arg(long, value_enum, default_value_t = cli::Multitask::Reject)]
+        multitask: cli::Multitask,
+        /// Colours: auto (on a terminal, unless NO_COLOR is set or TERM=dumb), always, never.
+        #[arg(long, value_enum, default_value_t = cli::ColorChoice::Auto)]
+        color: cli::ColorChoice,
     },
     /// Start one service on its own (for a multi-process or Kubernetes install).
     Serve {
@@ -124,10 +133,22 @@ enum MemoryCommand {
         file: PathBuf,
     },
     /// Print the caller's memory as a DeerFlow memory.json.
+    // `--version` here names the document's version; the program's own `--version` (propagated to
+    // every subcommand) would clash with it, which clap refuses (a panic in debug builds).
+    #[command(disable_version_flag = true)]
     Export {
         /// Document version: 1.0 or 2.0.
         #[arg(long, default_value = "2.0")]
         version: String,
+    },
+    /// Extract facts from the queued conversations now instead of after the debounce, and wait for it.
+    Flush {
+        /// Only this thread's queued conversation (default: all of yours).
+        #[arg(long, default_value = "")]
+        thread: String,
+        /// Wait at most this many seconds (1-300).
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=300))]
+        timeout: u64,
     },
 }
 
@@ -181,12 +202,13 @@ fn spawn_demo(serve: &ServeArgs) -> anyhow::Result<()> {
     tokio::spawn(async move {
         let result = async {
             let channel = client::connect_with(&endpoint, Duration::from_secs(30), tls.as_ref()).await?;
-            println!("\ndemo run: the lead agent, played by the built-in `demo` replay model unless antler.yaml configures models");
-            client::stream_and_print(channel, token.as_deref(), client::demo_request()).await
+            outln!("\ndemo run: the lead agent, played by the built-in `demo` replay model unless antler.yaml configures models")?;
+            client::stream_and_print(channel, token.as_deref(), client::demo_request(), cli::ColorChoice::Auto).await
         }
         .await;
         match result {
-            Ok(status) => println!("demo finished: {}\nthe server keeps running; Ctrl-C stops it\n", status.as_str_name()),
+            // Whoever reads the server's stdout may have left; the server keeps serving regardless.
+            Ok(status) => drop(outln!("demo finished: {}\nthe server keeps running; Ctrl-C stops it\n", status.as_str_name())),
             Err(error) => eprintln!("demo run failed: {error:#}"),
         }
     });
@@ -209,16 +231,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             antler_kit::cli::run("antler", &serve, &ALL).await?
         }
-        Command::Run { text, addr, thread, token, tls, model, plan, expected_outputs } => {
+        Command::Run { text, addr, thread, token, tls, model, plan, expected_outputs, multitask, color } => {
             let channel = client::connect(&addr, Duration::from_secs(5), &tls).await?;
             let create = antler_proto::runs::CreateRunRequest {
                 thread_id: thread,
                 input: vec![client::user_message(&text)],
                 expected_outputs,
+                multitask_strategy: multitask.proto() as i32,
                 config: Some(antler_proto::runs::RunConfig { model_name: model, plan_mode: plan, ..Default::default() }),
                 ..Default::default()
             };
-            let status = client::stream_and_print(channel, token.as_deref(), create).await?;
+            let status = client::stream_and_print(channel, token.as_deref(), create, color).await?;
             if status != antler_proto::runs::RunStatus::Success {
                 return Err(cli::Failure::RunEnded(status).into());
             }
@@ -228,6 +251,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             MemoryCommand::Search { query, limit } => cli::memory::run(&conn, &agent, cli::memory::Action::Search { query, limit }).await?,
             MemoryCommand::Import { file } => client::memory(&conn, &agent, client::MemoryAction::Import(file)).await?,
             MemoryCommand::Export { version } => client::memory(&conn, &agent, client::MemoryAction::Export(version)).await?,
+            MemoryCommand::Flush { thread, timeout } => {
+                cli::memory::run(&conn, &agent, cli::memory::Action::Flush { thread, timeout: Duration::from_secs(timeout) }).await?
+            }
         },
         Command::Threads(args) => cli::threads::run(args).await?,
         Command::Runs(args) => cli::runs::run(args).await?,
@@ -244,11 +270,34 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             antler_kit::cli::validate(&loaded, &ALL)?;
             antler_kit::client::check_tls(&loaded)?;
             match &loaded.path {
-                Some(path) => println!("# {} is valid; resolved (secrets masked):", path.display()),
-                None => println!("# no config file given; the built-in defaults (secrets masked):"),
+                Some(path) => outln!("# {} is valid; resolved (secrets masked):", path.display())?,
+                None => outln!("# no config file given; the built-in defaults (secrets masked):")?,
             }
-            print!("{}", loaded.to_masked_yaml());
+            out!("{}", loaded.to_masked_yaml())?;
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// clap checks a command's definition only when that command is parsed, and only in debug builds:
+    /// `antler memory export` panicked on every call (its `--version` clashed with the program's own).
+    #[test]
+    fn every_command_is_well_defined() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn memory_export_takes_a_document_version() {
+        let cli = Cli::try_parse_from(["antler", "memory", "export", "--version", "1.0"]).map_err(|e| e.to_string());
+        assert!(
+            matches!(cli, Ok(Cli { command: Command::Memory { command: MemoryCommand::Export { ref version }, .. } }) if version == "1.0"),
+            "{cli:?}"
+        );
+    }
 }

@@ -31,7 +31,7 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let conn = args.conn;
     let mut client = RunServiceClient::new(conn.channel().await?);
-    let mut printer = Printer::default();
+    let mut printer = Printer::new(super::Style::stdout(conn.color));
     let mut show = |event: RunEvent| -> anyhow::Result<()> {
         if conn.json {
             return print_json(&event, "antler.runs.v1.RunEvent");

@@ -31,7 +31,7 @@ enum Command {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let conn = args.conn;
     let mut client = McpServiceClient::new(conn.channel().await?);
-    let style = Style::stdout();
+    let style = Style::stdout(conn.color);
     match args.command {
         Command::Servers => {
             let reply = client.list_servers(conn.request(ListServersRequest {})?).await?.into_inner();
@@ -39,18 +39,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 return print_json(&reply, "antler.mcp.v1.ListServersResponse");
             }
             if reply.servers.is_empty() {
-                println!("no MCP servers configured");
+                outln!("no MCP servers configured")?;
             }
             for server in &reply.servers {
                 let status = short(server.status().as_str_name(), "SERVER_STATUS_");
                 let transport = short(server.transport().as_str_name(), "TRANSPORT_").to_ascii_lowercase();
-                println!("{}  {}  {transport}  {} tools", style.bold(&server.name), style.status(&status), server.tool_count);
+                outln!("{}  {}  {transport}  {} tools", style.bold(&server.name), style.status(&status), server.tool_count)?;
                 if !server.last_error.is_empty() {
-                    println!("    last error: {}", server.last_error);
+                    outln!("    last error: {}", server.last_error)?;
                 }
             }
             for error in &reply.errors {
-                println!("config error: {error:?}");
+                outln!("config error: {error:?}")?;
             }
         }
         Command::Tools { server } => {
@@ -59,14 +59,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 return print_json(&reply, "antler.mcp.v1.ListToolsResponse");
             }
             if reply.tools.is_empty() {
-                println!("no tools");
+                outln!("no tools")?;
             }
             for tool in &reply.tools {
                 let description = tool.description.lines().next().unwrap_or_default();
-                println!("{}  {}  {description}", style.bold(&tool.name), style.dim(&format!("({})", tool.server)));
+                outln!("{}  {}  {description}", style.bold(&tool.name), style.dim(&format!("({})", tool.server)))?;
             }
             if !reply.unavailable_servers.is_empty() {
-                println!("unavailable servers: {}", reply.unavailable_servers.join(", "));
+                outln!("unavailable servers: {}", reply.unavailable_servers.join(", "))?;
             }
         }
     }

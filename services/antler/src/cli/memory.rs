@@ -1,8 +1,8 @@
-//! `antler memory list|search`: MemoryService.ListFacts / SearchFacts. (`import|export` are in
-//! `client.rs`.)
+//! `antler memory list|search|flush`: MemoryService.ListFacts / SearchFacts / FlushUpdates (with
+//! wait). (`import|export` are in `client.rs`.)
 
 use antler_proto::memory::memory_service_client::MemoryServiceClient;
-use antler_proto::memory::{Fact, ListFactsRequest, SearchFactsRequest};
+use antler_proto::memory::{Fact, FlushUpdatesRequest, ListFactsRequest, SearchFactsRequest};
 
 use super::{Conn, Page, Style, print_json, short};
 
@@ -13,12 +13,14 @@ pub enum Action {
     List(Page),
     /// SearchFacts for a query, at most `limit` results (0: the server's default).
     Search { query: String, limit: u32 },
+    /// FlushUpdates of `thread`'s queued conversation (empty: all of the caller's), waiting at most `timeout`.
+    Flush { thread: String, timeout: std::time::Duration },
 }
 
 /// Runs `antler memory list|search` for the facts of `agent`.
 pub async fn run(conn: &Conn, agent: &str, action: Action) -> anyhow::Result<()> {
     let mut client = MemoryServiceClient::new(conn.channel().await?);
-    let style = Style::stdout();
+    let style = Style::stdout(conn.color);
     match action {
         Action::List(page) => {
             let request = ListFactsRequest { agent_name: agent.to_owned(), page: Some(page.request()), ..Default::default() };
@@ -27,12 +29,12 @@ pub async fn run(conn: &Conn, agent: &str, action: Action) -> anyhow::Result<()>
                 return print_json(&reply, "antler.memory.v1.ListFactsResponse");
             }
             if reply.facts.is_empty() {
-                println!("no facts");
+                outln!("no facts")?;
             }
             for fact in &reply.facts {
-                print_fact(style, fact, None);
+                print_fact(style, fact, None)?;
             }
-            super::next_page(style, reply.page.as_ref());
+            super::next_page(style, reply.page.as_ref())?;
         }
         Action::Search { query, limit } => {
             let request = SearchFactsRequest { agent_name: agent.to_owned(), query, limit, ..Default::default() };
@@ -41,20 +43,58 @@ pub async fn run(conn: &Conn, agent: &str, action: Action) -> anyhow::Result<()>
                 return print_json(&reply, "antler.memory.v1.SearchFactsResponse");
             }
             if reply.results.is_empty() {
-                println!("no matching facts");
+                outln!("no matching facts")?;
             }
             for scored in &reply.results {
                 if let Some(fact) = &scored.fact {
-                    print_fact(style, fact, Some(scored.score));
+                    print_fact(style, fact, Some(scored.score))?;
                 }
+            }
+        }
+        Action::Flush { thread, timeout } => {
+            let request = FlushUpdatesRequest {
+                thread_id: thread,
+                agent_name: agent.to_owned(),
+                wait: true,
+                timeout: prost_types::Duration::try_from(timeout).ok(),
+            };
+            let reply = client.flush_updates(conn.request(request)?).await?.into_inner();
+            if conn.json {
+                return print_json(&reply, "antler.memory.v1.FlushUpdatesResponse");
+            }
+            if reply.flushed == 0 {
+                outln!("nothing was queued")?;
+            }
+            let mut failed = Vec::new();
+            for outcome in &reply.outcomes {
+                let agent = if outcome.agent_name.is_empty() { String::new() } else { format!(" (agent {})", outcome.agent_name) };
+                outln!(
+                    "thread {}{agent}: {} added, {} invalidated, {} confirmed again, {} rejected, {} summary sections",
+                    outcome.thread_id,
+                    style.good(&outcome.facts_added.to_string()),
+                    outcome.facts_invalidated,
+                    outcome.facts_reinforced,
+                    outcome.facts_rejected,
+                    outcome.sections_updated
+                )?;
+                if !outcome.error.is_empty() {
+                    outln!("    {}", style.bad(&outcome.error))?;
+                    failed.push(outcome.thread_id.clone());
+                }
+            }
+            if !reply.completed {
+                outln!("{}", style.dim(&format!("{} still pending after {} s", reply.pending, timeout.as_secs())))?;
+            }
+            if !failed.is_empty() {
+                anyhow::bail!("the extraction failed for thread {}; nothing was saved from it", failed.join(", "));
             }
         }
     }
     Ok(())
 }
 
-fn print_fact(style: Style, fact: &Fact, score: Option<f64>) {
+fn print_fact(style: Style, fact: &Fact, score: Option<f64>) -> std::io::Result<()> {
     let category = short(fact.category().as_str_name(), "FACT_CATEGORY_").to_ascii_lowercase();
     let score = score.map(|s| format!(" score {s:.3}")).unwrap_or_default();
-    println!("{}  {category} ({:.2}){score}  {}", style.dim(&fact.id), fact.confidence, fact.content);
+    outln!("{}  {category} ({:.2}){score}  {}", style.dim(&fact.id), fact.confidence, fact.content)
 }

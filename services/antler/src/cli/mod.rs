@@ -8,8 +8,8 @@
 //! |------|---------|
 //! | 0  | success |
 //! | 1  | any other failure (an INTERNAL error of the server, a file that cannot be read) |
-//! | 2  | usage error: unknown command or flag, bad flag value (clap's code) |
-//! | 3  | cannot reach the server (connection refused, TLS failure, UNAVAILABLE, DEADLINE_EXCEEDED) |
+//! | 2  | usage error: unknown command or flag, bad flag value, an --addr that is not an address (clap's code) |
+//! | 3  | cannot reach the server (connection refused, TLS failure or mismatch, a lost connection, UNAVAILABLE, DEADLINE_EXCEEDED) |
 //! | 4  | NOT_FOUND: no such thread, run, fact or skill (or it belongs to another user) |
 //! | 5  | UNAUTHENTICATED or PERMISSION_DENIED: pass --token / ANTLER_TOKEN |
 //! | 6  | the server refused the request: INVALID_ARGUMENT, FAILED_PRECONDITION, ABORTED, ALREADY_EXISTS, RESOURCE_EXHAUSTED, OUT_OF_RANGE |
@@ -17,8 +17,12 @@
 //! | 10 | the run ended ERROR (`antler run`, `antler events --follow`) |
 //! | 11 | the run ended INTERRUPTED |
 //! | 12 | the run ended TIMEOUT |
+//!
+//! A reader that leaves early (`antler memory export | head -2`) is not a failure: the command stops
+//! quietly with 0 (see `output.rs`).
 
 pub mod events;
+pub mod hints;
 pub mod mcp;
 pub mod memory;
 pub mod models;
@@ -26,7 +30,7 @@ pub mod runs;
 pub mod skills;
 pub mod threads;
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -36,14 +40,14 @@ use prost_reflect::{DescriptorPool, DynamicMessage};
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::client::{self, TlsArgs};
+use crate::client::{self, Addr, TlsArgs};
 
 /// Where and how a command reaches the server, and how it prints. Flattened into every command group.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Conn {
-    /// Server address (https:// for a TLS server).
-    #[arg(long, env = "ANTLER_ADDR", default_value = "http://127.0.0.1:50051", global = true)]
-    pub addr: String,
+    /// Server address: http://host:port, https://host:port (TLS), or host:port (plaintext).
+    #[arg(long, env = "ANTLER_ADDR", default_value = client::DEFAULT_ADDR, value_parser = client::parse_addr, global = true)]
+    pub addr: Addr,
     /// Bearer token (API key or JWT) when the server requires one.
     #[arg(long, env = "ANTLER_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
@@ -53,6 +57,9 @@ pub struct Conn {
     /// streams print one JSON object per line.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Colours: auto (on a terminal, unless NO_COLOR is set or TERM=dumb), always, never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true)]
+    pub color: ColorChoice,
 }
 
 impl Conn {
@@ -74,6 +81,44 @@ impl Conn {
     }
 }
 
+/// When text output is coloured (`--color`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    /// On a terminal, unless `NO_COLOR` is set (https://no-color.org) or `TERM=dumb`.
+    #[default]
+    Auto,
+    /// Always, also when piped.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// `antler run --multitask`: what to do when the thread already has an active run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Multitask {
+    /// Refuse the new run (exit 6); the default.
+    Reject,
+    /// Interrupt the active run, then start this one.
+    Interrupt,
+    /// Interrupt the active run and discard its checkpoints, then start this one.
+    Rollback,
+    /// Queue this run behind the active one.
+    Enqueue,
+}
+
+impl Multitask {
+    /// The request's `multitask_strategy`.
+    pub fn proto(self) -> antler_proto::runs::MultitaskStrategy {
+        use antler_proto::runs::MultitaskStrategy as M;
+        match self {
+            Multitask::Reject => M::Reject,
+            Multitask::Interrupt => M::Interrupt,
+            Multitask::Rollback => M::Rollback,
+            Multitask::Enqueue => M::Enqueue,
+        }
+    }
+}
+
 /// A failure the exit code distinguishes, besides a gRPC status (which is carried as itself).
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
@@ -88,17 +133,23 @@ pub enum Failure {
 /// The process exit code for the outcome of a command, printing a failure as `error: …` with a hint.
 pub fn exit(result: anyhow::Result<()>) -> ExitCode {
     let Err(error) = result else { return ExitCode::SUCCESS };
-    // `antler events --json | head`: the reader left; that is not a failure to report.
-    if error.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+    // `antler memory export | head`: the reader left; that is not a failure to report.
+    if crate::output::is_broken_pipe(&error) {
         return ExitCode::SUCCESS;
     }
     let (code, text) = describe(&error);
-    eprintln!("error: {text}");
+    // Not eprintln!: with stderr closed too, a panic would replace the exit code.
+    let _ = writeln!(std::io::stderr(), "error: {text}");
     ExitCode::from(code)
 }
 
 /// The exit code and the message (with its hint) of a failure.
 fn describe(error: &anyhow::Error) -> (u8, String) {
+    if let Some(status) = error.downcast_ref::<tonic::Status>()
+        && let Some(lost) = client::transport_failure(status)
+    {
+        return (3, lost);
+    }
     if let Some(status) = error.downcast_ref::<tonic::Status>() {
         let code = status.code();
         let hint = match code {
@@ -126,12 +177,14 @@ fn describe(error: &anyhow::Error) -> (u8, String) {
             Code::Unimplemented => 7,
             _ => 1,
         };
-        // The code goes on the first line, before any hint the server's message carries.
+        // The code goes on the first line, before any hint the server's message carries, which names
+        // the request's fields: said here with the flags a command-line user types instead.
         let what = antler_models::error::code_name(code);
-        let message = match status.message().split_once('\n') {
-            _ if status.message().is_empty() => what.to_owned(),
+        let server = hints::for_the_cli(status.message());
+        let message = match server.split_once('\n') {
+            _ if server.is_empty() => what.to_owned(),
             Some((first, rest)) => format!("{first} ({what})\n{rest}"),
-            None => format!("{} ({what})", status.message()),
+            None => format!("{server} ({what})"),
         };
         return (exit, format!("{message}{hint}"));
     }
@@ -183,11 +236,21 @@ pub struct Style {
 }
 
 impl Style {
-    /// The style for stdout.
-    pub fn stdout() -> Self {
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
-        Self { color: std::io::stdout().is_terminal() && !no_color && !dumb }
+    /// The style for stdout under `choice`.
+    pub fn stdout(choice: ColorChoice) -> Self {
+        let no_color = std::env::var("NO_COLOR").ok();
+        let term = std::env::var("TERM").ok();
+        Self::new(choice, std::io::stdout().is_terminal(), no_color.as_deref(), term.as_deref())
+    }
+
+    /// `auto` colours a terminal whose environment does not say otherwise (`NO_COLOR`, `TERM=dumb`).
+    pub fn new(choice: ColorChoice, is_terminal: bool, no_color: Option<&str>, term: Option<&str>) -> Self {
+        let color = match choice {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => crate::spinner::allowed(is_terminal, no_color, term),
+        };
+        Self { color }
     }
 
     fn paint(self, code: &str, text: &str) -> String {
@@ -210,9 +273,29 @@ impl Style {
         self.paint("2", text)
     }
 
-    /// A heading line.
+    /// A heading line, a name to find again (a tool's).
     pub fn bold(self, text: &str) -> String {
         self.paint("1", text)
+    }
+
+    /// Something that went well (a tool call's `ok`, a satisfied receipt).
+    pub fn good(self, text: &str) -> String {
+        self.paint("32", text)
+    }
+
+    /// Something that failed.
+    pub fn bad(self, text: &str) -> String {
+        self.paint("31", text)
+    }
+
+    /// Something to look at (an outcome that is not known).
+    pub fn warn(self, text: &str) -> String {
+        self.paint("33", text)
+    }
+
+    /// Who speaks (the assistant's label).
+    pub fn accent(self, text: &str) -> String {
+        self.paint("36", text)
     }
 }
 
@@ -245,10 +328,11 @@ impl Page {
 }
 
 /// Prints the continuation hint of a page in text mode.
-pub fn next_page(style: Style, page: Option<&antler_proto::common::PageResponse>) {
+pub fn next_page(style: Style, page: Option<&antler_proto::common::PageResponse>) -> std::io::Result<()> {
     if let Some(page) = page.filter(|p| !p.next_page_token.is_empty()) {
-        println!("{}", style.dim(&format!("next page: --page-token {}", page.next_page_token)));
+        outln!("{}", style.dim(&format!("next page: --page-token {}", page.next_page_token)))?;
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -281,6 +365,30 @@ mod tests {
         assert!(!text.contains("metadata"), "{text}");
         let (_, text) = describe(&anyhow::Error::new(tonic::Status::failed_precondition("run r is not cancellable\nhint: read it")));
         assert_eq!(text, "run r is not cancellable (FAILED_PRECONDITION)\nhint: read it");
+    }
+
+    #[test]
+    fn server_hints_name_the_flags_not_the_request_fields() {
+        let status = tonic::Status::aborted(
+            "thread t-1 has an active run r-9\nhint: retry with multitask_strategy=MULTITASK_STRATEGY_ENQUEUE (or INTERRUPT) or cancel r-9",
+        );
+        let (code, text) = describe(&anyhow::Error::new(status));
+        assert_eq!(code, 6);
+        assert_eq!(
+            text,
+            "thread t-1 has an active run r-9 (ABORTED)\nhint: retry with --multitask enqueue (or --multitask interrupt), or cancel r-9 with `antler runs cancel r-9`"
+        );
+    }
+
+    #[test]
+    fn colour_follows_the_choice_then_the_terminal_and_environment() {
+        let coloured = |style: Style| style.good("ok") != "ok";
+        assert!(coloured(Style::new(ColorChoice::Always, false, Some("1"), Some("dumb"))), "always wins");
+        assert!(!coloured(Style::new(ColorChoice::Never, true, None, Some("xterm"))));
+        assert!(coloured(Style::new(ColorChoice::Auto, true, None, Some("xterm"))));
+        assert!(!coloured(Style::new(ColorChoice::Auto, false, None, Some("xterm"))), "piped");
+        assert!(!coloured(Style::new(ColorChoice::Auto, true, Some("1"), Some("xterm"))), "NO_COLOR");
+        assert!(!coloured(Style::new(ColorChoice::Auto, true, None, Some("dumb"))), "TERM=dumb");
     }
 
     #[test]

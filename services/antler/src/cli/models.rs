@@ -25,7 +25,7 @@ enum Command {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let conn = args.conn;
     let mut client = ModelServiceClient::new(conn.channel().await?);
-    let style = Style::stdout();
+    let style = Style::stdout(conn.color);
     match args.command {
         Command::List => {
             let reply = client.list_models(conn.request(ListModelsRequest {})?).await?.into_inner();
@@ -44,18 +44,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .into_iter()
                 .filter_map(|(on, name)| on.then_some(name))
                 .collect();
-                println!(
+                outln!(
                     "{marker} {}  {}  {}  {}",
                     style.bold(&model.name),
                     short(model.provider().as_str_name(), "PROVIDER_KIND_").to_ascii_lowercase(),
                     model.upstream_model,
                     style.dim(&flags.join(", "))
-                );
+                )?;
             }
             if reply.models.is_empty() {
-                println!("no models configured");
+                outln!("no models configured")?;
             } else {
-                println!("{}", style.dim("* the default model"));
+                outln!("{}", style.dim("* the default model"))?;
             }
         }
     }

@@ -81,7 +81,7 @@ impl Status {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let conn = args.conn;
     let mut client = RunServiceClient::new(conn.channel().await?);
-    let style = Style::stdout();
+    let style = Style::stdout(conn.color);
     match args.command {
         Command::List { thread, statuses, page } => {
             let request = ListRunsRequest {
@@ -95,20 +95,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 return print_json(&reply, "antler.runs.v1.ListRunsResponse");
             }
             if reply.runs.is_empty() {
-                println!("no runs");
+                outln!("no runs")?;
             }
             for run in &reply.runs {
                 let status = short(run.status().as_str_name(), "RUN_STATUS_");
                 let reason = if run.stop_reason.is_empty() { String::new() } else { format!(" ({})", run.stop_reason) };
-                println!(
+                outln!(
                     "{}  {}{reason}  thread {}  {}",
                     run.run_id,
                     style.status(&status),
                     run.thread_id,
                     style.dim(&time(run.created_at.as_ref()))
-                );
+                )?;
             }
-            super::next_page(style, reply.page.as_ref());
+            super::next_page(style, reply.page.as_ref())?;
         }
         Command::Show { run_id, thread } => {
             let reply = client.get_run(conn.request(GetRunRequest { thread_id: thread, run_id })?).await?.into_inner();
@@ -116,7 +116,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 return print_json(&reply, "antler.runs.v1.GetRunResponse");
             }
             let Some(run) = reply.run else { anyhow::bail!("the server sent no run") };
-            print_run(style, &run);
+            print_run(style, &run)?;
         }
         Command::Cancel { run_id, thread, rollback, wait } => {
             let action = if rollback { CancelAction::Rollback } else { CancelAction::Interrupt };
@@ -128,12 +128,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             let action = short(reply.action().as_str_name(), "CANCEL_ACTION_");
             let Some(run) = reply.run else { anyhow::bail!("the server sent no run") };
             let status = short(run.status().as_str_name(), "RUN_STATUS_");
-            println!("cancel ({}) recorded for run {}: now {}", action.to_ascii_lowercase(), run.run_id, style.status(&status));
+            outln!("cancel ({}) recorded for run {}: now {}", action.to_ascii_lowercase(), run.run_id, style.status(&status))?;
             if !wait && !run.status().is_terminal() {
-                println!(
+                outln!(
                     "{}",
                     style.dim("it stops at its next step boundary; follow it with `antler events <run> --follow`, or pass --wait")
-                );
+                )?;
             }
         }
     }
@@ -151,35 +151,39 @@ impl Terminal for RunStatus {
     }
 }
 
-fn print_run(style: Style, run: &Run) {
+fn print_run(style: Style, run: &Run) -> std::io::Result<()> {
     let status = short(run.status().as_str_name(), "RUN_STATUS_");
-    println!("{}", style.bold(&format!("run {}", run.run_id)));
-    println!("  thread:      {}", run.thread_id);
-    println!("  status:      {}", style.status(&status));
+    outln!("{}", style.bold(&format!("run {}", run.run_id)))?;
+    outln!("  thread:      {}", run.thread_id)?;
+    outln!("  status:      {}", style.status(&status))?;
     if !run.stop_reason.is_empty() {
-        println!("  stop reason: {}", run.stop_reason);
+        outln!("  stop reason: {}", run.stop_reason)?;
     }
     if let Some(error) = &run.error {
-        println!("  error:       {}: {}{}", error.code, error.message, if error.retryable { " (retryable)" } else { "" });
+        outln!("  error:       {}: {}{}", error.code, error.message, if error.retryable { " (retryable)" } else { "" })?;
     }
-    println!("  model:       {}", if run.model_name.is_empty() { "-" } else { &run.model_name });
-    println!("  attempt:     {}", run.attempt);
-    println!("  created:     {}", time(run.created_at.as_ref()));
-    println!("  started:     {}", time(run.started_at.as_ref()));
-    println!("  finished:    {}", time(run.finished_at.as_ref()));
-    println!("  events:      {} (last seq)", run.last_seq);
+    outln!("  model:       {}", if run.model_name.is_empty() { "-" } else { &run.model_name })?;
+    outln!("  attempt:     {}", run.attempt)?;
+    outln!("  created:     {}", time(run.created_at.as_ref()))?;
+    outln!("  started:     {}", time(run.started_at.as_ref()))?;
+    outln!("  finished:    {}", time(run.finished_at.as_ref()))?;
+    outln!("  events:      {} (last seq)", run.last_seq)?;
     if let Some(usage) = &run.usage {
-        println!(
+        outln!(
             "  usage:       {} tokens in {} model calls ({} in, {} out)",
-            usage.total_tokens, usage.llm_calls, usage.input_tokens, usage.output_tokens
-        );
+            usage.total_tokens,
+            usage.llm_calls,
+            usage.input_tokens,
+            usage.output_tokens
+        )?;
     }
     if let Some(delivery) = &run.delivery {
         let verdict =
             if delivery.satisfied { "satisfied".to_owned() } else { format!("NOT satisfied, missing {}", delivery.missing.join(", ")) };
-        println!("  delivery:    {verdict}");
+        outln!("  delivery:    {verdict}")?;
         for file in &delivery.produced {
-            println!("               {} ({} bytes)", file.path, file.size);
+            outln!("               {} ({} bytes)", file.path, file.size)?;
         }
     }
+    Ok(())
 }

@@ -67,7 +67,7 @@ fn line(style: Style, skill: &Skill) -> String {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let conn = args.conn;
     let mut client = SkillServiceClient::new(conn.channel().await?);
-    let style = Style::stdout();
+    let style = Style::stdout(conn.color);
     match args.command {
         Command::List { enabled } => {
             let reply = client.list_skills(conn.request(ListSkillsRequest { enabled_only: enabled })?).await?.into_inner();
@@ -75,10 +75,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 return print_json(&reply, "antler.sandbox.v1.ListSkillsResponse");
             }
             for skill in &reply.skills {
-                println!("{}", line(style, skill));
+                outln!("{}", line(style, skill))?;
             }
             if reply.skills.is_empty() {
-                println!("no skills{}", if enabled { " enabled" } else { "" });
+                outln!("no skills{}", if enabled { " enabled" } else { "" })?;
             }
         }
         Command::Show { name } => {
@@ -87,21 +87,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 return print_json(&reply, "antler.sandbox.v1.GetSkillResponse");
             }
             let skill = reply.skill.unwrap_or_default();
-            println!("{}", line(style, &skill));
-            println!("{}", style.dim(&format!("path in a sandbox: {}", skill.container_path)));
+            outln!("{}", line(style, &skill))?;
+            outln!("{}", style.dim(&format!("path in a sandbox: {}", skill.container_path)))?;
             if let Some(policy) = &skill.allowed_tools {
-                println!(
+                outln!(
                     "{}",
                     style.dim(&format!(
                         "allowed tools: {}",
                         if policy.tools.is_empty() { "none".to_owned() } else { policy.tools.join(", ") }
                     ))
-                );
+                )?;
             }
-            println!();
-            print!("{}", reply.skill_md);
+            outln!()?;
+            out!("{}", reply.skill_md)?;
             if reply.skill_md_truncated {
-                println!("\n{}", style.dim("... [SKILL.md cut at the server's read limit]"));
+                outln!("\n{}", style.dim("... [SKILL.md cut at the server's read limit]"))?;
             }
         }
         Command::Install { file, replace } => {
@@ -123,8 +123,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 return print_json(&reply, "antler.sandbox.v1.InstallSkillResponse");
             }
             let skill = reply.skill.unwrap_or_default();
-            println!("{} {}", if reply.replaced { "replaced" } else { "installed" }, style.bold(&skill.name));
-            println!("{}", line(style, &skill));
+            outln!("{} {}", if reply.replaced { "replaced" } else { "installed" }, style.bold(&skill.name))?;
+            outln!("{}", line(style, &skill))?;
         }
         Command::Enable { name } => set(&mut client, &conn, style, name, true).await?,
         Command::Disable { name } => set(&mut client, &conn, style, name, false).await?,
@@ -133,7 +133,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             if conn.json {
                 return print_json(&reply, "antler.sandbox.v1.DeleteSkillResponse");
             }
-            println!("deleted {}", style.bold(&name));
+            outln!("deleted {}", style.bold(&name))?;
         }
     }
     Ok(())
@@ -150,6 +150,6 @@ async fn set(
     if conn.json {
         return print_json(&reply, "antler.sandbox.v1.SetSkillEnabledResponse");
     }
-    println!("{}", line(style, &reply.skill.unwrap_or_default()));
+    outln!("{}", line(style, &reply.skill.unwrap_or_default()))?;
     Ok(())
 }

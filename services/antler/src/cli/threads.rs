@@ -64,7 +64,7 @@ impl Status {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let conn = args.conn;
     let mut client = ThreadServiceClient::new(conn.channel().await?);
-    let style = Style::stdout();
+    let style = Style::stdout(conn.color);
     match args.command {
         Command::List { status, page } => {
             let request = ListThreadsRequest {
@@ -77,14 +77,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 return print_json(&reply, "antler.runs.v1.ListThreadsResponse");
             }
             if reply.threads.is_empty() {
-                println!("no threads");
+                outln!("no threads")?;
             }
             for thread in &reply.threads {
                 let status = short(thread.status().as_str_name(), "THREAD_STATUS_");
                 let title = if thread.title.is_empty() { "(untitled)" } else { &thread.title };
-                println!("{}  {:<11}  {}  {title}", thread.thread_id, style.status(&status), style.dim(&time(thread.updated_at.as_ref())));
+                outln!("{}  {:<11}  {}  {title}", thread.thread_id, style.status(&status), style.dim(&time(thread.updated_at.as_ref())))?;
             }
-            super::next_page(style, reply.page.as_ref());
+            super::next_page(style, reply.page.as_ref())?;
         }
         Command::Show { thread_id } => {
             let thread = client.get_thread(conn.request(GetThreadRequest { thread_id: thread_id.clone() })?).await?.into_inner();
@@ -95,22 +95,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     "thread": super::to_json(&thread, "antler.runs.v1.GetThreadResponse")?["thread"],
                     "state": super::to_json(&state, "antler.runs.v1.GetThreadStateResponse")?["state"],
                 });
-                println!("{json}");
+                outln!("{json}")?;
                 return Ok(());
             }
             let Some(thread) = thread.thread else { anyhow::bail!("the server sent no thread") };
-            println!("{}", style.bold(&format!("thread {}", thread.thread_id)));
-            println!("  status:      {}", style.status(&short(thread.status().as_str_name(), "THREAD_STATUS_")));
-            println!("  title:       {}", if thread.title.is_empty() { "(untitled)" } else { &thread.title });
-            println!("  created:     {}", time(thread.created_at.as_ref()));
-            println!("  updated:     {}", time(thread.updated_at.as_ref()));
-            println!("  active run:  {}", if thread.active_run_id.is_empty() { "-" } else { &thread.active_run_id });
-            println!("  latest run:  {}", if thread.latest_run_id.is_empty() { "-" } else { &thread.latest_run_id });
+            outln!("{}", style.bold(&format!("thread {}", thread.thread_id)))?;
+            outln!("  status:      {}", style.status(&short(thread.status().as_str_name(), "THREAD_STATUS_")))?;
+            outln!("  title:       {}", if thread.title.is_empty() { "(untitled)" } else { &thread.title })?;
+            outln!("  created:     {}", time(thread.created_at.as_ref()))?;
+            outln!("  updated:     {}", time(thread.updated_at.as_ref()))?;
+            outln!("  active run:  {}", if thread.active_run_id.is_empty() { "-" } else { &thread.active_run_id })?;
+            outln!("  latest run:  {}", if thread.latest_run_id.is_empty() { "-" } else { &thread.latest_run_id })?;
             if let Some(state) = state.state {
                 let checkpoint = state.checkpoint.unwrap_or_default();
-                println!("  checkpoint:  {} (step {}, {} messages)", checkpoint.checkpoint_id, checkpoint.step, checkpoint.messages.len());
+                outln!("  checkpoint:  {} (step {}, {} messages)", checkpoint.checkpoint_id, checkpoint.step, checkpoint.messages.len())?;
                 if let Some(question) = state.pending_clarification {
-                    println!("  waiting for an answer to: {}", question.question);
+                    outln!("  waiting for an answer to: {}", question.question)?;
                 }
             }
         }
@@ -119,7 +119,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             if conn.json {
                 return print_json(&reply, "antler.runs.v1.DeleteThreadResponse");
             }
-            println!("deleted thread {} with {} runs", reply.thread_id, reply.deleted_runs);
+            outln!("deleted thread {} with {} runs", reply.thread_id, reply.deleted_runs)?;
         }
     }
     Ok(())
