@@ -1,17 +1,23 @@
 #!/usr/bin/env node
 // Stream an Antler run from Node over @grpc/grpc-js, with the messages loaded from Antler's .proto files.
 //
-//     node examples/node/stream_run.js "Write a haiku to /mnt/user-data/outputs/haiku.md and present it" \
-//         --expect /mnt/user-data/outputs/haiku.md --plan
+//     node examples/node/stream_run.js "Write a hello note to /mnt/user-data/outputs/hello.md and present it" \
+//         --expect /mnt/user-data/outputs/hello.md --plan
 //
 // Against `antler up` with no models configured, the built-in `demo` model plays its shipped transcript
-// (plan, write /mnt/user-data/outputs/hello.md, check it, present it, answer), whatever the prompt says.
+// (plan, write /mnt/user-data/outputs/hello.md, check it, present it, answer), whatever the prompt says;
+// with a real model configured, ask for any file and --expect it.
+//
+// The server is --addr (default $ANTLER_ADDR, else http://127.0.0.1:50051), written as the `antler` CLI
+// takes it: http://host:port, https://host:port (TLS; --ca / $ANTLER_CA names the CA of the server's
+// certificate, default the system's roots) or host:port (plaintext).
 //
 // `npm install` in this folder fetches the two packages of package.json; the .proto files are read from
 // ../../proto at run time, so nothing is generated. The exit status is 0 when the run ends SUCCESS,
-// 1 otherwise, 2 when the server cannot be reached or refuses the request.
+// 1 otherwise, 2 when the address is not one, or the server cannot be reached or refuses the request.
 "use strict";
 
+const fs = require("node:fs");
 const path = require("node:path");
 const { parseArgs } = require("node:util");
 const grpc = require("@grpc/grpc-js");
@@ -22,7 +28,9 @@ const PROTO_ROOT = path.resolve(__dirname, "..", "..", "proto");
 const { values: args, positionals } = parseArgs({
   allowPositionals: true,
   options: {
-    addr: { type: "string", default: process.env.ANTLER_ADDR || "127.0.0.1:50051" }, // server host:port
+    // http://host:port, https://host:port (TLS) or host:port (plaintext)
+    addr: { type: "string", default: process.env.ANTLER_ADDR || "http://127.0.0.1:50051" },
+    ca: { type: "string", default: process.env.ANTLER_CA || "" }, // PEM CA certificates of a TLS server
     token: { type: "string", default: process.env.ANTLER_TOKEN || "" }, // bearer token (API key or JWT)
     thread: { type: "string", default: "" }, // thread to run on (default: a new one)
     model: { type: "string", default: "" }, // model name (default: the server's default)
@@ -31,7 +39,7 @@ const { values: args, positionals } = parseArgs({
   },
 });
 if (positionals.length !== 1) {
-  console.error("usage: stream_run.js TEXT [--addr HOST:PORT] [--token T] [--thread ID] [--model NAME] [--plan] [--expect PATH]...");
+  console.error("usage: stream_run.js TEXT [--addr [http(s)://]HOST:PORT] [--ca FILE] [--token T] [--thread ID] [--model NAME] [--plan] [--expect PATH]...");
   process.exit(2);
 }
 
@@ -55,7 +63,28 @@ const oneLine = (text, limit = 100) => {
 };
 const out = (text) => process.stdout.write(text);
 
-const client = new RunService(args.addr, grpc.credentials.createInsecure());
+// `http://host:port` or `host:port`: plaintext; `https://host:port`: TLS trusting --ca (or the system's roots).
+function target(addr, ca) {
+  const match = /^(?:([a-z][a-z0-9+.-]*):\/\/)?([^/]+)\/?$/i.exec(addr.trim());
+  const scheme = match && (match[1] || "http").toLowerCase();
+  if (!match || !["http", "https"].includes(scheme)) {
+    throw new Error(`${JSON.stringify(addr)} is not an address: give host:port, http://host:port or https://host:port (--addr or ANTLER_ADDR)`);
+  }
+  if (scheme === "http") {
+    if (ca) throw new Error(`--ca (ANTLER_CA) is for TLS, but ${addr} is plaintext: use https://`);
+    return [match[2], grpc.credentials.createInsecure()];
+  }
+  return [match[2], grpc.credentials.createSsl(ca ? fs.readFileSync(ca) : null)];
+}
+
+let address, credentials;
+try {
+  [address, credentials] = target(args.addr, args.ca);
+} catch (error) {
+  console.error(`error: ${error.message}`);
+  process.exit(2);
+}
+const client = new RunService(address, credentials);
 const metadata = new grpc.Metadata();
 if (args.token) metadata.set("authorization", `Bearer ${args.token}`);
 const create = {

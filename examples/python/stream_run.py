@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
 """Stream an Antler run from Python over stubs generated from Antler's .proto files.
 
-    python examples/python/stream_run.py "Write a haiku to /mnt/user-data/outputs/haiku.md and present it" \
-        --expect /mnt/user-data/outputs/haiku.md --plan
+    python examples/python/stream_run.py "Write a hello note to /mnt/user-data/outputs/hello.md and present it" \
+        --expect /mnt/user-data/outputs/hello.md --plan
 
 Against ``antler up`` with no models configured, the built-in ``demo`` model plays its shipped transcript
-(plan, write /mnt/user-data/outputs/hello.md, check it, present it, answer), whatever the prompt says.
+(plan, write /mnt/user-data/outputs/hello.md, check it, present it, answer), whatever the prompt says; with
+a real model configured, ask for any file and ``--expect`` it.
+
+The server is ``--addr`` (default ``$ANTLER_ADDR``, else ``http://127.0.0.1:50051``), written as the
+``antler`` CLI takes it: ``http://host:port``, ``https://host:port`` (TLS; ``--ca`` / ``$ANTLER_CA`` names the
+CA of the server's certificate, default the system's roots) or ``host:port`` (plaintext).
 
 The stubs are generated with ``grpcio-tools`` on first use into ``--stubs`` (default: a ``.stubs`` folder
 next to this file); nothing else is needed than ``pip install grpcio grpcio-tools``. The exit status is 0
-when the run ends SUCCESS, 1 otherwise, 2 when the server cannot be reached or refuses the request.
+when the run ends SUCCESS, 1 otherwise, 2 when the address is not one, or the server cannot be reached or
+refuses the request.
 """
 
 from __future__ import annotations
@@ -49,6 +55,23 @@ def load_stubs(stubs: Path):
     return run_pb2, service_pb2, service_grpc, common_pb2
 
 
+def channel_for(addr: str, ca: str | None) -> grpc.Channel:
+    """A channel to ``addr``: ``http://host:port`` or ``host:port`` plaintext, ``https://host:port`` over TLS
+    trusting ``ca`` (a PEM file; None: the system's roots). Raises ValueError for anything else."""
+    scheme, sep, target = addr.strip().partition("://")
+    if not sep:
+        scheme, target = "http", addr.strip()
+    target = target.rstrip("/")
+    if scheme not in ("http", "https") or not target or "/" in target:
+        raise ValueError(f"{addr!r} is not an address: give host:port, http://host:port or https://host:port (--addr or ANTLER_ADDR)")
+    if scheme == "http":
+        if ca:
+            raise ValueError(f"--ca (ANTLER_CA) is for TLS, but {addr} is plaintext: use https://")
+        return grpc.insecure_channel(target)
+    root = Path(ca).read_bytes() if ca else None
+    return grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=root))
+
+
 def one_line(text: str, limit: int = 100) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[:limit] + "…"
@@ -57,7 +80,9 @@ def one_line(text: str, limit: int = 100) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("text", help="the user message")
-    parser.add_argument("--addr", default=os.environ.get("ANTLER_ADDR", "127.0.0.1:50051"), help="server host:port")
+    parser.add_argument("--addr", default=os.environ.get("ANTLER_ADDR", "http://127.0.0.1:50051"),
+                        help="server: http://host:port, https://host:port (TLS) or host:port (plaintext)")
+    parser.add_argument("--ca", default=os.environ.get("ANTLER_CA"), help="PEM CA certificates of a TLS server (https://)")
     parser.add_argument("--token", default=os.environ.get("ANTLER_TOKEN"), help="bearer token (API key or JWT)")
     parser.add_argument("--thread", default="", help="thread to run on (default: a new one)")
     parser.add_argument("--model", default="", help="model name (default: the server's default)")
@@ -66,6 +91,11 @@ def main() -> int:
     parser.add_argument("--stubs", type=Path, default=HERE / ".stubs", help="where generated stubs live")
     args = parser.parse_args()
 
+    try:
+        channel = channel_for(args.addr, args.ca)
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     run_pb2, service_pb2, service_grpc, common_pb2 = load_stubs(args.stubs)
     message = common_pb2.Message(role=common_pb2.ROLE_USER, content=[common_pb2.ContentPart(text=common_pb2.TextPart(text=args.text))])
     create = service_pb2.CreateRunRequest(
@@ -78,7 +108,7 @@ def main() -> int:
 
     status_name = "RUN_STATUS_UNSPECIFIED"
     streaming = None  # "text" or "thinking" while a streamed line is open
-    with grpc.insecure_channel(args.addr) as channel:
+    with channel:
         stub = service_grpc.RunServiceStub(channel)
         try:
             for item in stub.StreamRun(service_pb2.StreamRunRequest(create=create), metadata=metadata):
