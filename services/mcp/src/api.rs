@@ -16,7 +16,7 @@ use crate::error::McpError;
 use crate::pool::breaker;
 use crate::search;
 use crate::servers::Status as LifeStatus;
-use crate::service::{CallInput, Hub};
+use crate::service::{CallInput, Hub, NotReady};
 use crate::spec::TransportKind;
 
 /// `antler.mcp.v1.McpService`.
@@ -64,6 +64,20 @@ fn tool_message(tool: &ToolEntry, deferred: bool) -> Tool {
             open_world_hint: a.open_world,
         }),
     }
+}
+
+fn not_ready(servers: &[(String, NotReady)]) -> Vec<NotReadyServer> {
+    servers
+        .iter()
+        .map(|(server, why)| {
+            let (reason, error, starting_for) = match why {
+                NotReady::Starting(running) => (NotReadyReason::Starting, String::new(), prost_types::Duration::try_from(*running).ok()),
+                NotReady::Failed(error) => (NotReadyReason::Failed, error.clone(), None),
+                NotReady::BreakerOpen(error) => (NotReadyReason::BreakerOpen, error.clone(), None),
+            };
+            NotReadyServer { server: server.clone(), reason: reason as i32, error, starting_for }
+        })
+        .collect()
 }
 
 /// Thread ids become directory names: the sandbox's rule.
@@ -124,8 +138,9 @@ impl mcp_service_server::McpService for McpApi {
         let deferred = self.hub.config().tool_search.enabled;
         Ok(Response::new(ListToolsResponse {
             tools: listing.tools.iter().map(|t| tool_message(t, deferred)).collect(),
-            unavailable_servers: listing.unavailable,
+            unavailable_servers: listing.not_ready.iter().map(|(server, _)| server.clone()).collect(),
             catalog_hash: listing.catalog_hash,
+            not_ready: not_ready(&listing.not_ready),
         }))
     }
 
@@ -149,6 +164,7 @@ impl mcp_service_server::McpService for McpApi {
             } as i32,
             missing_names: found.missing,
             catalog_hash: listing.catalog_hash,
+            not_ready: not_ready(&listing.not_ready),
         }))
     }
 

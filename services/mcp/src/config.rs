@@ -46,6 +46,11 @@ pub struct McpConfig {
     pub tool_search: ToolSearchConfig,
     /// How often the extensions file is checked for changes, in milliseconds (0 = only on ReloadConfig).
     pub reload_interval_ms: u64,
+    /// How long ListTools / SearchTools (and so a lead agent's run start) wait for a server that is still
+    /// starting, in milliseconds, counted from when that server's start began (0..600000). A server not
+    /// ready by then is named in `not_ready` and keeps starting in the background. Servers whose last
+    /// attempt failed or whose breaker is open are never waited for.
+    pub listing_wait_ms: u64,
     /// Users who may call ReloadConfig. Empty: every caller may.
     pub operators: Vec<String>,
 }
@@ -61,6 +66,7 @@ impl Default for McpConfig {
             oauth: OAuthConfig::default(),
             tool_search: ToolSearchConfig::default(),
             reload_interval_ms: 2_000,
+            listing_wait_ms: 5_000,
             operators: Vec::new(),
         }
     }
@@ -173,6 +179,10 @@ impl McpConfig {
         StdioPolicy::new(self.stdio.command_allowlist.as_deref(), std::env::var(hardening::ALLOWLIST_ENV).ok().as_deref())
     }
 
+    pub fn listing_wait(&self) -> Duration {
+        Duration::from_millis(self.listing_wait_ms)
+    }
+
     pub fn max_call_timeout(&self) -> Duration {
         Duration::from_secs(self.calls.max_timeout_secs)
     }
@@ -206,6 +216,7 @@ impl McpConfig {
         check_range("mcp.calls.max_argument_bytes", c.max_argument_bytes, 16, 1 << 30)?;
         check_range("mcp.oauth.token_timeout_secs", self.oauth.token_timeout_secs, 1, 600)?;
         check_range("mcp.reload_interval_ms", self.reload_interval_ms, 0, 3_600_000)?;
+        check_range("mcp.listing_wait_ms", self.listing_wait_ms, 0, 600_000)?;
         if let Some(bad) = self.operators.iter().find(|u| !antler_kit::auth::valid_user_id(u)) {
             return Err(ConfigError::Invalid { path: "mcp.operators".to_owned(), message: format!("`{bad}` is not a valid user id") });
         }
@@ -261,6 +272,7 @@ mod tests {
         assert_eq!(config.pool.idle_evict_secs, 600);
         assert_eq!(config.pool.breaker_failures, 5);
         assert_eq!(config.calls.default_timeout_secs, 120);
+        assert_eq!(config.listing_wait_ms, 5_000);
         assert_eq!(config.policy().allowlist, vec!["npx", "uvx", "node", "python3"]);
         Ok(())
     }
@@ -273,6 +285,7 @@ mod tests {
         assert_eq!(format!("{:?}", example.pool), format!("{:?}", defaults.pool));
         assert_eq!(format!("{:?}", example.calls), format!("{:?}", defaults.calls));
         assert_eq!(example.reload_interval_ms, defaults.reload_interval_ms);
+        assert_eq!(example.listing_wait_ms, defaults.listing_wait_ms);
         Ok(())
     }
 
@@ -284,6 +297,8 @@ mod tests {
         assert!(text.contains("mcp.servers.evil.command") && text.contains("allowlist"), "{text}");
         let text = parse("mcp:\n  servers:\n    s:\n      command: npx\n      argz: []\n").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(text.contains("mcp.servers.s.argz"), "{text}");
+        let text = parse("mcp:\n  listing_wait_ms: 600001\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("mcp.listing_wait_ms"), "{text}");
         let text = parse("mcp:\n  extensions_config: /nonexistent/e.json\n").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(text.contains("mcp.extensions_config"), "{text}");
     }

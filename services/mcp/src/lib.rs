@@ -8,8 +8,8 @@
 //!   [`reload`] (following changes);
 //! * connections: [`transports`] (stdio, streamable HTTP, legacy SSE over rmcp), [`oauth`] (tokens),
 //!   [`pool`] (sessions: keys, LRU, dedup, breaker, counters);
-//! * tools: [`catalog`] (names, hash), [`search`] (tool_search), [`schema`] (argument checks),
-//!   [`content`] (results and path rewriting);
+//! * tools: [`discovery`] (one server's listing, on its own task), [`catalog`] (names, hash),
+//!   [`search`] (tool_search), [`schema`] (argument checks), [`content`] (results and path rewriting);
 //! * [`service`] is the domain entry point, [`api`] the thin gRPC layer, [`error`] the status mapping.
 
 pub mod api;
@@ -17,6 +17,7 @@ pub mod catalog;
 pub mod config;
 pub mod content;
 pub mod convert;
+pub mod discovery;
 pub mod error;
 pub mod extensions;
 pub mod hardening;

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::catalog::ToolEntry;
+use crate::discovery::DiscoverySlot;
 use crate::oauth::TokenSource;
 use crate::pool::breaker::Breaker;
 use crate::pool::counters::Counters;
@@ -51,8 +52,8 @@ pub struct ServerRuntime {
     pub oauth: Option<Arc<TokenSource>>,
     /// One HTTP client per server: its connection pool is what 2026-07-28 stateless calls reuse.
     pub http: reqwest::Client,
-    /// Serialises discoveries of this server (concurrent callers wait for one listing).
-    pub discovery: tokio::sync::Mutex<()>,
+    /// The discovery of this server under way, if any (concurrent callers share it).
+    pub discovery: DiscoverySlot,
     state: Mutex<State>,
 }
 
@@ -71,7 +72,7 @@ impl ServerRuntime {
             breaker,
             oauth,
             http,
-            discovery: tokio::sync::Mutex::new(()),
+            discovery: DiscoverySlot::default(),
             state: Mutex::new(State {
                 status,
                 tools: Arc::new(Vec::new()),

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use antler_sandbox::workspace::Layout;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -15,15 +15,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{self, ToolEntry};
 use crate::config::McpConfig;
+use crate::discovery::{Flight, Tools};
 use crate::error::{McpError, Result};
 use crate::extensions::EntryProblem;
 use crate::loader::{self, Loaded};
 use crate::oauth::TokenSource;
-use crate::pool::breaker::Breaker;
+use crate::pool::breaker::{Breaker, CircuitState};
 use crate::pool::counters::{Counters, Event};
 use crate::pool::{Lease, Pool, PoolKey, PoolSettings, ServerRef, SessionCounts};
 use crate::redact::redact;
-use crate::servers::ServerRuntime;
+use crate::servers::{ServerRuntime, Status};
 use crate::spec::TransportKind;
 use crate::transports::{self, Target};
 
@@ -79,9 +80,39 @@ pub struct CallOutput {
 /// A listing.
 #[derive(Debug)]
 pub struct ToolListing {
+    /// The tools of the servers that were ready, sorted by exposed name.
     pub tools: Vec<Arc<ToolEntry>>,
-    pub unavailable: Vec<String>,
+    /// The enabled servers left out, by name, and why.
+    pub not_ready: Vec<(String, NotReady)>,
     pub catalog_hash: String,
+}
+
+/// Why a server's tools are missing from a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReady {
+    /// Its start has been under way this long.
+    Starting(Duration),
+    /// Its last attempt failed with this (redacted) error; retried in the background.
+    Failed(String),
+    /// Its breaker is open; the last error.
+    BreakerOpen(String),
+}
+
+/// One server's part of a listing.
+enum Readiness {
+    Ready(Tools),
+    NotReady(NotReady),
+}
+
+/// What an exposed name of `server` starts with when the server prefixes its tools.
+fn server_prefix(server: &str) -> String {
+    format!("{}_", catalog::sanitize(server))
+}
+
+/// Whether `runtime` could expose a tool named `name`: any name when it does not prefix, else only
+/// names under its prefix.
+fn could_own(runtime: &ServerRuntime, name: &str) -> bool {
+    !runtime.spec.tool_name_prefix || name.starts_with(&server_prefix(&runtime.spec.name))
 }
 
 pub struct Hub {
@@ -94,6 +125,8 @@ pub struct Hub {
     pool: Arc<Pool>,
     counters: Mutex<HashMap<String, Arc<Counters>>>,
     reload_lock: tokio::sync::Mutex<()>,
+    /// Cancelled at shutdown: ends the discoveries still running.
+    stop: CancellationToken,
     pub started: SystemTime,
 }
 
@@ -137,6 +170,7 @@ impl Hub {
             pool,
             counters: Mutex::new(HashMap::new()),
             reload_lock: tokio::sync::Mutex::new(()),
+            stop: CancellationToken::new(),
             started: SystemTime::now(),
         });
         hub.apply(loaded, true);
@@ -331,21 +365,24 @@ impl Hub {
         }
     }
 
-    /// The current tools of one server, discovering them if needed (bounded by `session_init_timeout`).
-    pub async fn discover(&self, runtime: &Arc<ServerRuntime>, user: &str) -> Result<Arc<Vec<Arc<ToolEntry>>>> {
-        if !runtime.spec.enabled {
-            return Ok(Arc::new(Vec::new()));
-        }
-        if let Some(tools) = runtime.fresh_tools() {
-            return Ok(tools);
-        }
-        let _one_at_a_time = runtime.discovery.lock().await;
+    /// The discovery of `runtime` under way, or a new one started as `user` (in its own task: see
+    /// [`crate::discovery`]).
+    fn flight(self: &Arc<Self>, runtime: &Arc<ServerRuntime>, user: &str) -> Flight {
+        let hub = self.clone();
+        let server = runtime.clone();
+        let user = user.to_owned();
+        runtime.discovery.join_or_start(&runtime.spec.name, &self.stop, move || hub.discover_now(server, user).boxed())
+    }
+
+    /// Lists one server's tools (bounded by `session_init_timeout`) and records the outcome on it.
+    async fn discover_now(self: Arc<Self>, runtime: Arc<ServerRuntime>, user: String) -> Result<Tools> {
+        // The slot may have just been freed by a discovery that listed them.
         if let Some(tools) = runtime.fresh_tools() {
             return Ok(tools);
         }
         let spec = &runtime.spec;
         let listing = async {
-            let (lease, key) = self.lease(runtime, user, DEFAULT_THREAD).await?;
+            let (lease, key) = self.lease(&runtime, &user, DEFAULT_THREAD).await?;
             let listed = lease.session.conn.service.list_all_tools_with_cache_hint().await;
             match listed {
                 Ok(list) => Ok((list, lease.session.conn.tools_changed.clone(), lease.session.conn.protocol_version.clone())),
@@ -387,14 +424,44 @@ impl Hub {
             Err(error) => {
                 let message = self.redact_for(&error.to_string());
                 tracing::warn!(server = %spec.name, error = %message, "tool discovery failed");
-                runtime.set_discovery_failed(message);
-                Err(error)
+                runtime.set_discovery_failed(message.clone());
+                Err(match error {
+                    McpError::Unavailable { retry_after_secs, .. } => McpError::Unavailable { message, retry_after_secs },
+                    other => other,
+                })
             }
         }
     }
 
-    /// The merged catalog of the servers `user` sees (optionally one server), discovered in parallel.
-    pub async fn list_tools(&self, user: &str, only: Option<&str>) -> Result<ToolListing> {
+    /// One server's tools for a listing, or why they are missing. Waits for a server that is starting
+    /// until `wait` has passed since its start began; not at all for one whose last attempt failed (the
+    /// retry goes on in the background) or whose breaker is open (nothing would be tried).
+    async fn readiness(self: &Arc<Self>, runtime: &Arc<ServerRuntime>, user: &str, wait: Duration) -> Readiness {
+        if let Some(tools) = runtime.fresh_tools() {
+            return Readiness::Ready(tools);
+        }
+        let view = runtime.view();
+        let last_error = || view.last_error.as_ref().map(|(message, _)| message.clone()).unwrap_or_default();
+        if runtime.breaker.state() == CircuitState::Open {
+            // Asking the pool would only be refused, and would replace the cause with the refusal.
+            return Readiness::NotReady(NotReady::BreakerOpen(last_error()));
+        }
+        let flight = self.flight(runtime, user);
+        // Otherwise a server that never answers would cost every listing the wait, one retry after another.
+        let deadline = if view.status == Status::Error { Instant::now() } else { flight.started + wait };
+        match flight.outcome_by(deadline).await {
+            Some(Ok(tools)) => Readiness::Ready(tools),
+            Some(Err(error)) => Readiness::NotReady(NotReady::Failed(self.redact_for(&error.to_string()))),
+            // A stale listing being refreshed: the server's last word stands until the new one arrives.
+            None if view.status == Status::Ready => Readiness::Ready(runtime.tools()),
+            None if view.status == Status::Error => Readiness::NotReady(NotReady::Failed(last_error())),
+            None => Readiness::NotReady(NotReady::Starting(flight.running_for())),
+        }
+    }
+
+    /// The merged catalog of the servers `user` sees (optionally one server): each server is discovered
+    /// on its own, and the listing returns what is ready within `mcp.listing_wait_ms` (see [`Self::readiness`]).
+    pub async fn list_tools(self: &Arc<Self>, user: &str, only: Option<&str>) -> Result<ToolListing> {
         let snapshot = self.snapshot();
         let servers: Vec<Arc<ServerRuntime>> = self.visible(&snapshot, user);
         let servers: Vec<Arc<ServerRuntime>> = match only {
@@ -410,13 +477,17 @@ impl Hub {
             None => servers,
         };
         let enabled: Vec<Arc<ServerRuntime>> = servers.into_iter().filter(|s| s.spec.enabled).collect();
-        let results = futures::future::join_all(enabled.iter().map(|s| self.discover(s, user))).await;
+        let wait = self.config().listing_wait();
+        let results = futures::future::join_all(enabled.iter().map(|s| self.readiness(s, user, wait))).await;
         let mut tools = Vec::new();
-        let mut unavailable = Vec::new();
+        let mut not_ready = Vec::new();
         for (server, result) in enabled.iter().zip(results) {
             match result {
-                Ok(list) => tools.extend(list.iter().cloned()),
-                Err(_) => unavailable.push(server.spec.name.clone()),
+                Readiness::Ready(list) => tools.extend(list.iter().cloned()),
+                Readiness::NotReady(why) => {
+                    tracing::debug!(server = %server.spec.name, why = ?why, "server left out of a listing");
+                    not_ready.push((server.spec.name.clone(), why));
+                }
             }
         }
         let tools = catalog::dedup(tools);
@@ -424,30 +495,50 @@ impl Hub {
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         let catalog_hash =
             if self.config().tool_search.enabled && !tools.is_empty() { catalog::catalog_hash(&tools) } else { String::new() };
-        Ok(ToolListing { tools, unavailable, catalog_hash })
+        Ok(ToolListing { tools, not_ready, catalog_hash })
     }
 
-    /// Finds the server and tool behind an exposed name.
-    async fn find_tool(&self, user: &str, name: &str) -> Result<(Arc<ServerRuntime>, Arc<ToolEntry>)> {
+    /// Finds the server and tool behind an exposed name. An unknown name waits only for the servers
+    /// that could own it, and only until one of them lists it.
+    async fn find_tool(self: &Arc<Self>, user: &str, name: &str) -> Result<(Arc<ServerRuntime>, Arc<ToolEntry>)> {
         let snapshot = self.snapshot();
         let visible = self.visible(&snapshot, user);
         // A name that can only belong to a disabled server is refused as such, without discovery.
-        let disabled = visible
-            .iter()
-            .find(|s| !s.spec.enabled && s.spec.tool_name_prefix && name.starts_with(&format!("{}_", catalog::sanitize(&s.spec.name))));
+        let disabled =
+            visible.iter().find(|s| !s.spec.enabled && s.spec.tool_name_prefix && name.starts_with(&server_prefix(&s.spec.name)));
         // The last listing resolves the name even when it is past its `ttlMs` (a 2026-07-28 server may send
         // 0, "immediately stale"): the server judges the call itself, so re-listing before every call would
         // only double its latency. Listings are refreshed by ListTools / SearchTools and for unknown names.
-        for runtime in visible.iter().filter(|s| s.spec.enabled) {
-            if let Some(tool) = runtime.tools().iter().find(|t| t.name == name) {
-                return Ok((runtime.clone(), tool.clone()));
+        // Servers in name order, as the catalog's dedup keeps the earlier server's tool.
+        let resolve = || {
+            visible
+                .iter()
+                .filter(|s| s.spec.enabled)
+                .find_map(|runtime| runtime.tools().iter().find(|t| t.name == name).map(|tool| (runtime.clone(), tool.clone())))
+        };
+        if let Some(found) = resolve() {
+            return Ok(found);
+        }
+        let mut pending: futures::stream::FuturesUnordered<_> = visible
+            .iter()
+            .filter(|s| s.spec.enabled && could_own(s, name) && s.fresh_tools().is_none())
+            .map(|runtime| {
+                let flight = self.flight(runtime, user);
+                let runtime = runtime.clone();
+                async move { (runtime, flight.outcome().await) }
+            })
+            .collect();
+        let mut failed = Vec::new();
+        while let Some((runtime, outcome)) = pending.next().await {
+            if let Some(found) = resolve() {
+                return Ok(found);
+            }
+            if let Err(error) = outcome {
+                failed.push((runtime.spec.name.clone(), error));
             }
         }
-        let listing = self.list_tools(user, None).await?;
-        if let Some(tool) = listing.tools.iter().find(|t| t.name == name)
-            && let Some(runtime) = snapshot.servers.get(&tool.server)
-        {
-            return Ok((runtime.clone(), tool.clone()));
+        if let Some(found) = resolve() {
+            return Ok(found);
         }
         if let Some(server) = disabled {
             return Err(McpError::FailedPrecondition(format!(
@@ -455,16 +546,30 @@ impl Hub {
                 server.spec.name
             )));
         }
-        let hint = if listing.unavailable.is_empty() {
-            "ListTools shows the tools".to_owned()
-        } else {
-            format!("these servers could not be reached, so their tools are unknown: {}", listing.unavailable.join(", "))
-        };
-        Err(McpError::NotFound(format!("no MCP tool named `{name}`\nhint: {hint}")))
+        if !failed.is_empty() {
+            // The tool may be one of theirs: the caller can retry, so this is UNAVAILABLE, not NOT_FOUND.
+            let retry_after = failed
+                .iter()
+                .map(|(_, e)| match e {
+                    McpError::Unavailable { retry_after_secs, .. } => *retry_after_secs,
+                    _ => 5,
+                })
+                .min()
+                .unwrap_or(5);
+            let causes: Vec<String> = failed.iter().map(|(_, e)| self.redact_for(&e.to_string())).collect();
+            return Err(McpError::unavailable(
+                format!(
+                    "MCP tool `{name}` is unknown for now: {}\nhint: the tool may be one of that server's; retry once it is back (ListServers shows its state)",
+                    causes.join("; ")
+                ),
+                retry_after,
+            ));
+        }
+        Err(McpError::NotFound(format!("no MCP tool named `{name}`\nhint: ListTools shows the tools")))
     }
 
     /// Calls a tool (see the CallTool contract in mcp.proto).
-    pub async fn call(&self, user: &str, input: CallInput) -> Result<CallOutput> {
+    pub async fn call(self: &Arc<Self>, user: &str, input: CallInput) -> Result<CallOutput> {
         let started = Instant::now();
         let config = self.config();
         let (runtime, tool) = self.find_tool(user, &input.tool_name).await?;
@@ -594,7 +699,7 @@ impl Hub {
             .collect())
     }
 
-    /// Starts the background pool sweeper; it stops at `shutdown`.
+    /// Starts the background pool sweeper; at `shutdown` it stops, and so do the discoveries still running.
     pub fn spawn_background(self: &Arc<Self>, shutdown: CancellationToken) {
         let hub = self.clone();
         let every = Duration::from_secs(self.config().pool.sweep_interval_secs);
@@ -604,7 +709,10 @@ impl Hub {
                 let mut ticker = tokio::time::interval(every);
                 loop {
                     tokio::select! {
-                        () = stop.cancelled() => return,
+                        () = stop.cancelled() => {
+                            hub.stop.cancel();
+                            return;
+                        }
                         _ = ticker.tick() => hub.pool.sweep(),
                     }
                 }
