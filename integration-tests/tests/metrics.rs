@@ -76,8 +76,9 @@ async fn script_runs_admissions_transitions_cancel_and_streams_are_counted() -> 
     assert_eq!(after.value("antler_run_transitions_total", &[("to", "success")]), 2.0, "{text}");
     assert_eq!(after.value("antler_run_transitions_total", &[("to", "interrupted")]), 1.0, "{text}");
     assert_eq!(after.get("antler_runs_active", &[]), Some(0.0), "{text}");
-    assert_eq!(after.get("antler_run_takeovers_total", &[]), None, "no lease expired: {text}");
-    assert_eq!(after.get("antler_runs_fenced_total", &[]), None, "no worker lost its run: {text}");
+    // Registered at zero at start-up, so present although nothing happened.
+    assert_eq!(after.get("antler_run_takeovers_total", &[]), Some(0.0), "no lease expired: {text}");
+    assert_eq!(after.get("antler_runs_fenced_total", &[]), Some(0.0), "no worker lost its run: {text}");
 
     // Event appends: a histogram with the configured buckets; every say step wrote events.
     assert_eq!(after.kind("antler_runs_event_append_seconds"), Some("histogram"));
@@ -129,7 +130,7 @@ async fn a_lead_run_counts_model_calls_tokens_retries_and_sandbox_exec() -> anyh
     assert_eq!(s.value("antler_tokens_total", &[("caller", "lead_agent")]), (2 * (PROMPT_TOKENS + COMPLETION_TOKENS)) as f64, "{text}");
 
     assert_eq!(s.value("antler_sandbox_exec_seconds_count", &[("provider", "local"), ("outcome", "ok")]), 1.0, "{text}");
-    assert_eq!(s.get("antler_sandbox_exec_kills_total", &[]), None, "nothing was killed: {text}");
+    assert_eq!(s.get("antler_sandbox_exec_kills_total", &[]), Some(0.0), "nothing was killed: {text}");
     assert_eq!(s.value("antler_run_admissions_total", &[("outcome", "admitted")]), 1.0, "{text}");
     assert_eq!(s.value("antler_run_transitions_total", &[("to", "success")]), 1.0, "{text}");
     assert_bounded_labels(&s, &[&run.run_id, &run.thread_id]);
@@ -143,5 +144,26 @@ async fn a_bad_metrics_listen_address_stops_start_up_naming_the_key() -> anyhow:
     let failure = antler_integration_tests::try_start("antler", Launch::new(["up"]).config(yaml))?;
     let Err(failure) = failure else { anyhow::bail!("started with server.metrics.listen: nowhere") };
     assert!(failure.stderr.contains("server.metrics.listen"), "{}", failure.stderr);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_service_binary_describes_its_own_and_the_shared_families_at_zero() -> anyhow::Result<()> {
+    let server = start("antler", Launch::new(["serve", "sandbox"]).config(with_metrics("server:\n", BUCKETS)))?;
+    let s = scrape(&metrics_url(&server)?).await?;
+    let text = &s.text;
+    for (name, labels) in [
+        ("antler_sandbox_live", &[][..]),
+        ("antler_sandbox_exec_kills_total", &[("provider", "bwrap"), ("reason", "timeout")][..]),
+        ("antler_requests_shed_total", &[("kind", "client")][..]),
+        ("antler_config_reloads_total", &[("outcome", "rejected")][..]),
+        ("antler_tls_handshakes_total", &[("outcome", "failed")][..]),
+    ] {
+        assert_eq!(s.get(name, labels), Some(0.0), "{name}{labels:?}: {text}");
+        assert!(text.contains(&format!("# HELP {name} ")), "{name} has no HELP line: {text}");
+    }
+    assert_eq!(s.get("antler_sandbox_exec_seconds_count", &[("provider", "local"), ("outcome", "ok")]), Some(0.0), "{text}");
+    // Only the families of the services this binary serves.
+    assert!(!text.contains("antler_runs_active") && !text.contains("antler_memory_"), "{text}");
     Ok(())
 }

@@ -12,6 +12,7 @@ pub mod context;
 pub mod host;
 pub mod lead;
 pub mod memory;
+pub mod metrics_catalog;
 pub mod outcome;
 pub mod secrets;
 pub mod spec;

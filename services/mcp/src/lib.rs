@@ -22,6 +22,7 @@ pub mod error;
 pub mod extensions;
 pub mod hardening;
 pub mod loader;
+pub mod metrics_catalog;
 pub mod oauth;
 pub mod pool;
 pub mod redact;
@@ -40,7 +41,8 @@ use antler_kit::cli::{BoxError, RegisterFuture, Registration, ServiceContext};
 use antler_proto::mcp::mcp_service_server;
 
 /// How `antler-mcp` and `antler up` mount this service.
-pub const SERVICE: Registration = Registration { name: "mcp", validate: config::validate, register };
+pub const SERVICE: Registration =
+    Registration { name: "mcp", validate: config::validate, register, metrics: &[metrics_catalog::CATALOGUE] };
 
 /// Builds the hub from configuration (loads the servers; discovery is lazy).
 pub fn build(config: &antler_kit::Config) -> Result<Arc<service::Hub>, BoxError> {

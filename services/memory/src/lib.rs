@@ -17,6 +17,7 @@ pub mod facts;
 pub mod filter;
 pub mod guards;
 pub mod import;
+pub mod metrics_catalog;
 pub mod profile;
 pub mod queue;
 pub mod queue_batch;
@@ -35,7 +36,8 @@ use antler_kit::cli::{BoxError, RegisterFuture, Registration, ServiceContext};
 use antler_proto::memory::memory_service_server;
 
 /// How `antler-memory` and `antler up` mount this service.
-pub const SERVICE: Registration = Registration { name: "memory", validate: config::validate, register };
+pub const SERVICE: Registration =
+    Registration { name: "memory", validate: config::validate, register, metrics: &[metrics_catalog::CATALOGUE] };
 
 fn register<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFuture<'a> {
     Box::pin(async move {

@@ -17,6 +17,7 @@ pub mod error;
 pub mod events;
 pub mod gateway;
 pub mod images;
+pub mod metrics_catalog;
 pub mod providers;
 pub mod registry;
 pub mod request;
@@ -39,7 +40,8 @@ use crate::gateway::Gateway;
 use crate::registry::Registry;
 
 /// How `antler-models` and `antler up` mount this service.
-pub const SERVICE: Registration = Registration { name: "models", validate: config::validate, register };
+pub const SERVICE: Registration =
+    Registration { name: "models", validate: config::validate, register, metrics: &[metrics_catalog::CATALOGUE] };
 
 /// Builds the gateway from a configuration. `clients` gives the sandbox client that reads images given as
 /// sandbox paths; without it such images are refused.

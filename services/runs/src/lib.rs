@@ -14,6 +14,7 @@ pub mod error;
 pub mod host;
 pub mod langgraph;
 pub mod lifecycle;
+pub mod metrics_catalog;
 pub mod notify;
 pub mod paging;
 pub mod script;
@@ -37,7 +38,12 @@ use antler_proto::runs::{run_service_server, thread_service_server};
 use tracing::Instrument;
 
 /// How `antler-runs` and `antler up` mount this service.
-pub const SERVICE: Registration = Registration { name: "runs", validate: config::validate, register };
+pub const SERVICE: Registration = Registration {
+    name: "runs",
+    validate: config::validate,
+    register,
+    metrics: &[metrics_catalog::CATALOGUE, antler_agent::metrics_catalog::CATALOGUE],
+};
 
 fn register<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFuture<'a> {
     Box::pin(async move {

@@ -19,6 +19,7 @@ pub mod files;
 pub mod ids;
 pub mod locks;
 pub mod mask;
+pub mod metrics_catalog;
 pub mod paths;
 pub mod providers;
 pub mod registry;
@@ -34,7 +35,8 @@ use antler_kit::cli::{BoxError, RegisterFuture, Registration, ServiceContext};
 use antler_proto::sandbox::{sandbox_service_server, skill_service_server};
 
 /// How `antler-sandbox` and `antler up` mount this service.
-pub const SERVICE: Registration = Registration { name: "sandbox", validate: config::validate, register };
+pub const SERVICE: Registration =
+    Registration { name: "sandbox", validate: config::validate, register, metrics: &[metrics_catalog::CATALOGUE] };
 
 fn register<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFuture<'a> {
     Box::pin(async move {

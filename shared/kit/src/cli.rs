@@ -86,6 +86,9 @@ pub struct Registration {
     pub validate: fn(&Config) -> Result<(), ConfigError>,
     /// Sets the service up and mounts its gRPC servers.
     pub register: for<'a> fn(&'a mut ServiceSet, &'a ServiceContext) -> RegisterFuture<'a>,
+    /// The metric families the service records (its own catalogue and those of libraries it hosts),
+    /// described and registered at zero beside the kit's when the binary serves `/metrics`.
+    pub metrics: &'static [crate::metrics_catalog::Catalogue],
 }
 
 impl std::fmt::Debug for Registration {
@@ -141,7 +144,9 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
     let local_addr = listener.local_addr().map_err(|source| ServeError::Bind { addr: config.server.listen, source })?;
     let clients = Clients::for_server(&config, local_addr, tls.as_ref(), &shutdown)?;
     // Before the services are mounted, so what they record while starting is kept.
-    let metrics = crate::prometheus::start(&config.server.metrics, shutdown.clone()).await?;
+    let catalogues: Vec<crate::metrics_catalog::Catalogue> =
+        std::iter::once(crate::metrics_catalog::KIT).chain(services.iter().flat_map(|s| s.metrics.iter().copied())).collect();
+    let metrics = crate::prometheus::start(&config.server.metrics, &catalogues, shutdown.clone()).await?;
 
     let config = Arc::new(config);
     let owned: Vec<Registration> = services.to_vec();

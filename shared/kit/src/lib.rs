@@ -1,6 +1,6 @@
 //! What every Antler service shares: server bootstrap ([`server`]), authentication ([`auth`]), trace
 //! context ([`trace_context`]), the concurrency limit ([`limit`]), shutdown ([`shutdown`]), configuration
-//! ([`config`]), client-supplied map keys ([`input_keys`]), outbound clients ([`client`]), the Prometheus endpoint ([`prometheus`]), status helpers ([`status`]), secret redaction ([`redact`]), logging ([`telemetry`]), TLS ([`tls`]) and
+//! ([`config`]), client-supplied map keys ([`input_keys`]), outbound clients ([`client`]), the Prometheus endpoint ([`prometheus`]) and the metric families it registers ([`metrics_catalog`]), status helpers ([`status`]), secret redaction ([`redact`]), logging ([`telemetry`]), TLS ([`tls`]) and
 //! the command line every service binary accepts ([`cli`]).
 
 pub mod auth;
@@ -13,6 +13,7 @@ pub mod internal;
 pub mod json;
 pub mod limit;
 pub mod message_size;
+pub mod metrics_catalog;
 pub mod otel;
 pub mod prometheus;
 pub mod redact;

@@ -3,7 +3,9 @@
 //!
 //! Every `metrics::counter!` / `histogram!` / `gauge!` in the services is a no-op until a recorder is
 //! installed, so with `server.metrics.listen` empty nothing is recorded at all. The recorder is
-//! `metrics-exporter-prometheus`'s; the HTTP side is a few lines of hyper (already in the tree through
+//! `metrics-exporter-prometheus`'s; before it is installed, every family of the binary's catalogues
+//! ([`crate::metrics_catalog`]) is described (`# HELP`) and its known series registered at zero, so the
+//! first scrape already shows them. The HTTP side is a few lines of hyper (already in the tree through
 //! tonic) rather than the crate's own listener, so a port 0 can be reported and the endpoint stops with
 //! the server.
 
@@ -19,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::MetricsConfig;
+use crate::metrics_catalog::{self, Catalogue};
 
 /// Buckets of histograms whose unit is not seconds, unless `server.metrics.buckets_by_metric` names them.
 const BUILT_IN_BUCKETS: &[(&str, &[f64])] =
@@ -62,13 +65,19 @@ pub fn recorder(config: &MetricsConfig) -> Result<metrics_exporter_prometheus::P
     Ok(builder.build_recorder())
 }
 
-/// Installs the global recorder and starts serving `/metrics` when `server.metrics.listen` is set;
-/// None when it is empty. The endpoint stops when `shutdown` is cancelled.
-pub async fn start(config: &MetricsConfig, shutdown: CancellationToken) -> Result<Option<MetricsEndpoint>, MetricsError> {
+/// Installs the global recorder, with the families of `catalogues` described and registered at zero,
+/// and starts serving `/metrics` when `server.metrics.listen` is set; None when it is empty. The
+/// endpoint stops when `shutdown` is cancelled.
+pub async fn start(
+    config: &MetricsConfig,
+    catalogues: &[Catalogue],
+    shutdown: CancellationToken,
+) -> Result<Option<MetricsEndpoint>, MetricsError> {
     let Some(addr) = config.listen_addr()? else { return Ok(None) };
     let listener = TcpListener::bind(addr).await.map_err(|source| MetricsError::Bind { addr, source })?;
     let local_addr = listener.local_addr().map_err(|source| MetricsError::Bind { addr, source })?;
     let recorder = recorder(config)?;
+    metrics_catalog::register(&recorder, catalogues);
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).map_err(|e| MetricsError::Recorder(e.to_string()))?;
     tokio::spawn(upkeep(handle.clone(), shutdown.clone()));
@@ -157,6 +166,46 @@ mod tests {
         assert!(text.contains("antler_custom_seconds_bucket{le=\"7\"} 1"), "{text}");
         assert!(!text.contains("antler_custom_seconds_bucket{le=\"0.5\"}"), "{text}");
         assert!(text.contains("antler_admission_batch_size_bucket{le=\"4\"} 1"), "{text}");
+        Ok(())
+    }
+
+    #[test]
+    fn catalogued_families_have_help_and_their_known_series_start_at_zero() -> Result<(), MetricsError> {
+        use crate::metrics_catalog::{Family, Label};
+        const CATALOGUE: Catalogue = &[
+            Family::counter("antler_things_total", "Things that happened.").labels(&[Label::known("outcome", &["ok", "failed"])]),
+            Family::gauge("antler_level", "A level."),
+            Family::seconds("antler_wait_seconds", "Waits."),
+            Family::counter("antler_by_model_total", "Per model.").labels(&[Label::runtime("model", "a configured model name")]),
+        ];
+        let config = MetricsConfig { buckets: vec![0.5, 1.0], ..MetricsConfig::default() };
+        let recorder = recorder(&config)?;
+        metrics_catalog::register(&recorder, &[CATALOGUE, crate::metrics_catalog::KIT]);
+        let text = recorder.handle().render();
+        for line in [
+            "# HELP antler_things_total Things that happened.",
+            "# TYPE antler_things_total counter",
+            "antler_things_total{outcome=\"ok\"} 0",
+            "antler_things_total{outcome=\"failed\"} 0",
+            "antler_level 0",
+            "antler_wait_seconds_bucket{le=\"0.5\"} 0",
+            "antler_wait_seconds_count 0",
+            "antler_requests_shed_total{kind=\"client\"} 0",
+            "antler_config_reloads_total{outcome=\"rejected\"} 0",
+            "antler_auth_failures_total 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        // Its model names are not known here: described, but no series until one is recorded.
+        assert!(!text.contains("antler_by_model_total"), "{text}");
+        metrics::with_local_recorder(&recorder, || metrics::counter!("antler_by_model_total", "model" => "m").increment(2));
+        let text = recorder.handle().render();
+        assert!(
+            text.contains(
+                "# HELP antler_by_model_total Per model.\n# TYPE antler_by_model_total counter\nantler_by_model_total{model=\"m\"} 2"
+            ),
+            "{text}"
+        );
         Ok(())
     }
 
