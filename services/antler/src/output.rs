@@ -27,7 +27,9 @@ macro_rules! out {
     }};
 }
 
-/// Whether `error` (anywhere in its chain) is stdout's reader having left.
+/// Whether `error` is stdout's reader having left: a write's own `io::Error`, passed up as it is. Only
+/// the error itself, not its sources: a gRPC call whose connection broke carries a BrokenPipe among its
+/// sources, and that is a failure to report (exit code 3), not a reader that left.
 pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
+    error.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
