@@ -2,17 +2,23 @@
 //! every request and answers none (`integration-tests/mcp/hung_server.py`), a good server's first
 //! CallTool, ListTools and SearchTools complete long before the hung server's `session_init_timeout`;
 //! listings name the hung server as starting, then as failed with its error once the timeout passed,
-//! and never wait for its retries; with its breaker open, nothing is tried and listings say so.
+//! and never wait for its retries; with its breaker open, nothing is tried and listings say so. A lead
+//! run on `antler up` beside the hung server starts with the good server's tools, without waiting for
+//! the hung server's start.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use antler_integration_tests::db::{Backend, TestDb};
+use antler_integration_tests::llm_double::{self, AfterLast, LlmDouble, Turn};
 use antler_integration_tests::mcp::{self, call, text};
+use antler_integration_tests::runs::{ALICE, authed, clients, is_terminal, prompt_request, start_agent_up, tool_finished, wait_run};
 use antler_proto::mcp::mcp_service_client::McpServiceClient;
 use antler_proto::mcp::{
     GetPoolStatsRequest, ListServersRequest, ListToolsRequest, ListToolsResponse, NotReadyReason, NotReadyServer, SearchToolsRequest,
     ServerStatus,
 };
+use antler_proto::runs::RunStatus;
 use anyhow::{Context, Result, anyhow, ensure};
 use serde_json::json;
 use tonic::Code;
@@ -167,5 +173,57 @@ async fn an_open_breaker_is_named_and_nothing_is_retried_while_it_is_open() -> R
     let stats = client.get_pool_stats(GetPoolStatsRequest { server: "hung".into() }).await?.into_inner();
     let line = stats.per_server.first().ok_or_else(|| anyhow!("no stats"))?;
     ensure!(line.creation_failures == 1 && line.sessions_starting == 0, "nothing was started while open: {line:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lead_run_starts_beside_a_hung_server_with_the_ready_tools() -> Result<()> {
+    let marks = tempfile::tempdir()?;
+    let dir = tempfile::tempdir()?;
+    let extensions = dir.path().join("extensions_config.json");
+    // The hung server keeps DeerFlow's default `session_init_timeout` (60 s): what every run start waited
+    // for before, and what the runs here must not wait for.
+    let mut hung = hung_entry(marks.path(), 60.0)?;
+    hung.as_object_mut().map(|entry| entry.remove("session_init_timeout"));
+    mcp::write_servers(&extensions, &json!({"good": good_entry()?, "hung": hung}))?;
+    let double = LlmDouble::start(
+        vec![
+            Turn::tools("Echoing.", vec![llm_double::call("c1", "good_echo", json!({"message": "beside a hung server"}))]),
+            Turn::text("Echoed."),
+            Turn::text("Second run."),
+        ],
+        AfterLast::Refuse,
+    )
+    .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let up = start_agent_up(&db, &double.models_yaml(), &mcp::mcp_yaml(&extensions, "")?, None)?;
+    let (mut runs, _) = clients(&up).await?;
+
+    let started = Instant::now();
+    let run = runs.create_run(authed(prompt_request("", "Echo"), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let run = wait_run(&mut runs, ALICE, &run.run_id, Duration::from_secs(60), is_terminal).await?;
+    let took = started.elapsed();
+    ensure!(run.status() == RunStatus::Success, "{:?}\n{}", run.error, up.stderr());
+    ensure!(took < Duration::from_secs(20), "the run took {took:?}: its start waited for the hung server\n{}", up.stderr());
+    let requests = double.requests();
+    let offered: Vec<&str> = requests
+        .first()
+        .and_then(|r| r["tools"].as_array())
+        .map(|tools| tools.iter().filter_map(|t| t["function"]["name"].as_str()).collect())
+        .unwrap_or_default();
+    ensure!(offered.contains(&"good_echo"), "the good server's tools are offered: {offered:?}");
+    ensure!(!offered.iter().any(|name| name.starts_with("hung_")), "{offered:?}");
+    let results = tool_finished(&antler_integration_tests::runs::run_events(&mut runs, ALICE, &run.run_id).await?);
+    ensure!(
+        results.iter().any(|f| f.tool_call_id == "c1" && !f.is_error && f.result_summary.contains("beside a hung server")),
+        "{results:?}"
+    );
+
+    // A second run while the hung server is still starting does not wait for it at all.
+    let started = Instant::now();
+    let second = runs.create_run(authed(prompt_request("", "Again"), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let second = wait_run(&mut runs, ALICE, &second.run_id, Duration::from_secs(60), is_terminal).await?;
+    ensure!(second.status() == RunStatus::Success, "{:?}", second.error);
+    ensure!(started.elapsed() < Duration::from_secs(20), "the second run took {:?}", started.elapsed());
     Ok(())
 }
