@@ -2,7 +2,7 @@
 
 The server runs with authentication on (alice, bob and a service key), the lead agent, and two replay
 models of its own (no LLM): ``quick`` (a tool call, then an answer) and ``slow`` (a long answer streamed
-slowly, for cancellation and reconnects). Every test talks to ``runs.langgraph_api.listen`` through
+slowly, for cancellation and reconnects). Every test talks to ``edge.listen`` through
 ``langgraph_sdk.get_client(url=…, api_key=…)`` (raw httpx only for what the SDK cannot send: a body that
 is not JSON, the response headers).
 
@@ -60,9 +60,9 @@ clients:
   memory: {{service_token: {SERVICE}}}
 runs:
   heartbeat_secs: 1
-  langgraph_api:
-    listen: 127.0.0.1:0
-    cors_origins: ["http://localhost:3000"]
+edge:
+  listen: 127.0.0.1:0
+  cors_origins: ["http://localhost:3000"]
 sandbox:
   provider: local
 models:

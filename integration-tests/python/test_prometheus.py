@@ -50,9 +50,8 @@ server:
   reload_interval_ms: 200
   metrics:
     listen: 127.0.0.1:0
-runs:
-  langgraph_api:
-    listen: 127.0.0.1:0
+edge:
+  listen: 127.0.0.1:0
 sandbox:
   provider: local
 models:

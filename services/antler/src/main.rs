@@ -159,6 +159,7 @@ enum ServiceName {
     Mcp,
     Models,
     Memory,
+    Edge,
 }
 
 impl ServiceName {
@@ -169,12 +170,19 @@ impl ServiceName {
             ServiceName::Mcp => antler_mcp::SERVICE,
             ServiceName::Models => antler_models::SERVICE,
             ServiceName::Memory => antler_memory::SERVICE,
+            ServiceName::Edge => antler_edge::SERVICE,
         }
     }
 }
 
-const ALL: [Registration; 5] =
-    [antler_runs::SERVICE, antler_sandbox::SERVICE, antler_mcp::SERVICE, antler_models::SERVICE, antler_memory::SERVICE];
+const ALL: [Registration; 6] = [
+    antler_runs::SERVICE,
+    antler_sandbox::SERVICE,
+    antler_mcp::SERVICE,
+    antler_models::SERVICE,
+    antler_memory::SERVICE,
+    antler_edge::SERVICE,
+];
 
 /// Streams the demo run once the server accepts connections.
 fn spawn_demo(serve: &ServeArgs) -> anyhow::Result<()> {

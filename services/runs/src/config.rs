@@ -98,8 +98,10 @@ pub struct RunsConfig {
     pub agent: AgentKind,
     /// Settings of the lead agent (used with `agent: lead`).
     pub lead: antler_agent::lead::config::LeadConfig,
-    /// The LangGraph-compatible HTTP + SSE edge (off by default; see the README).
-    pub langgraph_api: crate::langgraph::config::LangGraphApiConfig,
+    /// Moved: the HTTP edge is a service of its own, configured in the top-level `edge` section. Kept
+    /// only to refuse an old file with a hint instead of "unknown field".
+    #[serde(skip_serializing)]
+    pub langgraph_api: Option<serde_json::Value>,
 }
 
 impl Default for RunsConfig {
@@ -135,7 +137,7 @@ impl Default for RunsConfig {
             state_max_message_bytes: 8 * 1024 * 1024,
             agent: AgentKind::Lead,
             lead: Default::default(),
-            langgraph_api: Default::default(),
+            langgraph_api: None,
         }
     }
 }
@@ -272,7 +274,15 @@ impl RunsConfig {
         check_range("runs.event_buffer", self.event_buffer.into(), 16, 1_000_000)?;
         check_range("runs.safety_poll_ms", self.safety_poll_ms, 100, 3_600_000)?;
         self.lead.validate()?;
-        self.langgraph_api.validate()?;
+        if self.langgraph_api.is_some() {
+            return Err(ConfigError::Invalid {
+                path: "runs.langgraph_api".to_owned(),
+                message: "the LangGraph API moved to the HTTP edge service, configured in the top-level `edge` section with the \
+                          same keys\nhint: rename `runs: {langgraph_api: {...}}` to `edge: {...}`; `antler up` serves it, or \
+                          `antler serve edge` on its own"
+                    .to_owned(),
+            });
+        }
         Ok(())
     }
 }
@@ -326,6 +336,13 @@ mod tests {
         // Auth off: nothing to present.
         let no_auth = "clients:\n  memory: {endpoint: 'http://memory:50051'}\nruns:\n  lead:\n    memory:\n      enabled: true\n";
         assert!(Config::parse(no_auth, "test", &|_| None).and_then(|c| validate(&c)).is_ok());
+    }
+
+    #[test]
+    fn the_old_langgraph_api_block_is_refused_with_the_section_it_moved_to() {
+        let old = "runs:\n  langgraph_api:\n    listen: 127.0.0.1:2024\n";
+        let error = Config::parse(old, "test", &|_| None).and_then(|c| validate(&c)).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("runs.langgraph_api") && error.contains("`edge`"), "{error}");
     }
 
     #[test]

@@ -12,7 +12,6 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod host;
-pub mod langgraph;
 pub mod lifecycle;
 pub mod metrics_catalog;
 pub mod notify;
@@ -100,10 +99,6 @@ pub async fn mount(
     set.describe(antler_proto::FILE_DESCRIPTOR_SET);
     let threads = api::threads::ThreadApi { engine: engine.clone() };
     let runs = api::runs::RunApi { engine: engine.clone(), admitter };
-    // The LangGraph edge calls these same handlers in process (see `langgraph/mod.rs`).
-    if let Some(addr) = langgraph::start(engine.clone(), threads.clone(), runs.clone(), ctx).await? {
-        println!("langgraph api listening on http://{addr}");
-    }
     antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(threads));
     antler_kit::add_service!(set, run_service_server::RunServiceServer::new(runs));
     // A wait as long as the run (bounded by runs.max_run_duration_secs), not cut by the server's

@@ -54,14 +54,6 @@ pub const CATALOGUE: Catalogue = &[
         .labels(&[Label::known("kind", &["snapshot", "delta"])]),
     Family::counter("antler_tokens_total", "Tokens written to runs' usage, by caller bucket.").labels(&[Label::known("caller", CALLER)]),
     Family::counter("antler_runs_wal_truncations_total", "SQLite WAL checkpoints that truncated the log."),
-    Family::counter("antler_langgraph_requests_total", "Requests to the LangGraph HTTP edge, by endpoint and the HTTP status answered.")
-        .labels(&[
-            Label::known(
-                "endpoint",
-                &["threads", "state", "history", "runs", "stream", "wait", "join", "cancel", "assistants", "system", "other"],
-            ),
-            Label::runtime("status", "the HTTP status answered, known once a request is answered"),
-        ]),
 ];
 
 #[cfg(test)]

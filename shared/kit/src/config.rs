@@ -19,7 +19,7 @@ use crate::auth::AuthConfig;
 use crate::tls::{ClientTlsConfig, ServerTlsConfig};
 
 /// The top-level sections `antler.yaml` may contain.
-pub const SECTIONS: &[&str] = &["server", "clients", "runs", "sandbox", "mcp", "models", "memory"];
+pub const SECTIONS: &[&str] = &["server", "clients", "runs", "sandbox", "mcp", "models", "memory", "edge"];
 
 /// Everything that can be wrong with a configuration file.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, header};
 use serde_json::{Map, Value};
 
-use super::error::ApiError;
+use crate::error::ApiError;
 
 /// Reads the whole body, at most `limit` bytes.
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<axum::body::Bytes, ApiError> {

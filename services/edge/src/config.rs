@@ -1,14 +1,16 @@
-//! `runs.langgraph_api`: the LangGraph-compatible HTTP edge (off unless `listen` is set).
+//! The `edge` section: the HTTP listener that serves the LangGraph Agent Server API (and DeerFlow's
+//! gateway routes), off unless `listen` is set. Until this crate existed the same keys lived under
+//! `runs.langgraph_api`; that block is refused with a hint naming this section.
 
 use std::net::SocketAddr;
 
-use antler_kit::config::{ConfigError, check_range};
+use antler_kit::config::{Config, ConfigError, check_range};
 use serde::{Deserialize, Serialize};
 
-/// Settings of the LangGraph-compatible HTTP + SSE edge.
+/// Settings of the HTTP + SSE edge.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct LangGraphApiConfig {
+pub struct EdgeConfig {
     /// `host:port` to serve the LangGraph Agent Server API on, e.g. `127.0.0.1:2024` (port 0 picks a
     /// free one). Empty: the edge is off. A non-loopback address needs `server.auth` (or
     /// `server.allow_insecure`), exactly like the gRPC listener.
@@ -32,7 +34,7 @@ pub struct LangGraphApiConfig {
     pub cors_max_age_secs: u64,
 }
 
-impl Default for LangGraphApiConfig {
+impl Default for EdgeConfig {
     fn default() -> Self {
         Self {
             listen: String::new(),
@@ -46,32 +48,31 @@ impl Default for LangGraphApiConfig {
     }
 }
 
-impl LangGraphApiConfig {
+impl EdgeConfig {
     /// The address to listen on; None when the edge is off.
     pub fn listen_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
         if self.listen.trim().is_empty() {
             return Ok(None);
         }
         self.listen.trim().parse().map(Some).map_err(|_| ConfigError::Invalid {
-            path: "runs.langgraph_api.listen".to_owned(),
+            path: "edge.listen".to_owned(),
             message: format!("`{}` is not host:port with an IP address, e.g. 127.0.0.1:2024", self.listen),
         })
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
-        check_range("runs.langgraph_api.max_body_bytes", self.max_body_bytes, 1024, 1 << 30)?;
-        check_range("runs.langgraph_api.max_concurrent_requests", self.max_concurrent_requests.into(), 1, 100_000)?;
-        check_range("runs.langgraph_api.max_page", self.max_page.into(), 1, 10_000)?;
-        check_range("runs.langgraph_api.max_offset", self.max_offset.into(), 0, 1_000_000)?;
-        check_range("runs.langgraph_api.cors_max_age_secs", self.cors_max_age_secs, 0, 86_400)?;
+        check_range("edge.max_body_bytes", self.max_body_bytes, 1024, 1 << 30)?;
+        check_range("edge.max_concurrent_requests", self.max_concurrent_requests.into(), 1, 100_000)?;
+        check_range("edge.max_page", self.max_page.into(), 1, 10_000)?;
+        check_range("edge.max_offset", self.max_offset.into(), 0, 1_000_000)?;
+        check_range("edge.cors_max_age_secs", self.cors_max_age_secs, 0, 86_400)?;
         for (i, origin) in self.cors_origins.iter().enumerate() {
-            check_origin(origin)
-                .map_err(|message| ConfigError::Invalid { path: format!("runs.langgraph_api.cors_origins[{i}]"), message })?;
+            check_origin(origin).map_err(|message| ConfigError::Invalid { path: format!("edge.cors_origins[{i}]"), message })?;
         }
         if self.cors_origins.len() > 1 && self.cors_origins.iter().any(|o| o == "*") {
             return Err(ConfigError::Invalid {
-                path: "runs.langgraph_api.cors_origins".to_owned(),
+                path: "edge.cors_origins".to_owned(),
                 message: "\"*\" allows every origin; list it alone".to_owned(),
             });
         }
@@ -116,4 +117,17 @@ fn check_origin(origin: &str) -> Result<(), String> {
         }
         _ => Err(format!("`{origin}` is not an origin: write scheme://host[:port], e.g. http://localhost:3000, or \"*\"")),
     }
+}
+
+/// The edge's section of `config`, checked. The run options it translates are the runs service's
+/// (`runs.agent`, `runs.context_keys`), so that section is read and checked too.
+pub fn load(config: &Config) -> Result<(EdgeConfig, antler_runs::config::RunsConfig), ConfigError> {
+    let edge: EdgeConfig = config.section("edge")?;
+    edge.validate()?;
+    Ok((edge, antler_runs::config::load(config)?))
+}
+
+/// Checks the section (for start-up, reloads and `antler config check`).
+pub fn validate(config: &Config) -> Result<(), ConfigError> {
+    load(config).map(|_| ())
 }

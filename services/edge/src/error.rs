@@ -1,6 +1,6 @@
 //! The edge's errors, in LangGraph's shape: `{"detail": "<message>"}` with the HTTP status LangGraph
 //! uses, plus `code` (a stable word) and `param` (the offending field) that the SDKs read when present.
-//! gRPC statuses from the runs service become HTTP statuses here, in one table.
+//! gRPC statuses from the services become HTTP statuses here, in one table.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -114,12 +114,6 @@ impl From<tonic::Status> for ApiError {
     }
 }
 
-impl From<crate::error::RunsError> for ApiError {
-    fn from(error: crate::error::RunsError) -> Self {
-        crate::api::error::to_status(error).into()
-    }
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         // No refusal may carry a registered secret out (the gRPC stack's RedactLayer does the same).
@@ -128,7 +122,7 @@ impl IntoResponse for ApiError {
         if let Some(param) = &self.param {
             body["param"] = serde_json::Value::String(param.clone());
         }
-        let mut response = (self.status, super::json_body(&body)).into_response();
+        let mut response = (self.status, crate::edge::json_body(&body)).into_response();
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(secs) = self.retry_after
             && let Ok(value) = HeaderValue::from_str(&secs.to_string())

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use antler_proto::runs::thread_service_server::ThreadService;
 use antler_proto::runs::{
     CreateThreadRequest, DeleteThreadRequest, GetThreadRequest, GetThreadStateRequest, ListThreadHistoryRequest, ListThreadsRequest,
     ThreadState, ThreadStatus, UpdateThreadRequest,
@@ -15,10 +14,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
+use crate::edge::{Caller, Edge, json_response};
+use crate::error::ApiError;
 use crate::langgraph::convert;
-use crate::langgraph::error::ApiError;
-use crate::langgraph::request::{Fields, Query, read_body};
-use crate::langgraph::{Caller, Edge, json_response};
+use crate::request::{Fields, Query, read_body};
 
 fn struct_of(map: Map<String, Value>) -> prost_types::Struct {
     match antler_kit::json::json_to_value(&Value::Object(map)).kind {
@@ -30,13 +29,13 @@ fn struct_of(map: Map<String, Value>) -> prost_types::Struct {
 /// The thread's state at its head (or at `checkpoint_id`).
 pub async fn thread_state(edge: &Edge, caller: &Caller, thread_id: &str, checkpoint_id: &str) -> Result<ThreadState, ApiError> {
     let request = GetThreadStateRequest { thread_id: thread_id.to_owned(), checkpoint_id: checkpoint_id.to_owned(), ..Default::default() };
-    let reply = edge.threads.get_thread_state(edge.grpc(caller, request)).await?.into_inner();
+    let reply = edge.threads().get_thread_state(edge.grpc(caller, request)).await?.into_inner();
     reply.state.ok_or_else(|| ApiError::internal("GetThreadState answered without a state"))
 }
 
 /// A thread with its whole state as `values` and its pending clarification as `interrupts`.
 async fn full_thread(edge: &Edge, caller: &Caller, thread_id: &str) -> Result<Value, ApiError> {
-    let reply = edge.threads.get_thread(edge.grpc(caller, GetThreadRequest { thread_id: thread_id.to_owned() })).await?.into_inner();
+    let reply = edge.threads().get_thread(edge.grpc(caller, GetThreadRequest { thread_id: thread_id.to_owned() })).await?.into_inner();
     let thread = reply.thread.ok_or_else(|| ApiError::internal("GetThread answered without a thread"))?;
     let state = thread_state(edge, caller, thread_id, "").await?;
     let (interrupts, _) = convert::interrupts(&state);
@@ -104,7 +103,7 @@ pub async fn create(
     }
     fields.finish("a thread")?;
     let request = CreateThreadRequest { thread_id: thread_id.clone(), title: String::new(), metadata };
-    let reply = edge.threads.create_thread(edge.grpc(&caller, request)).await?.into_inner();
+    let reply = edge.threads().create_thread(edge.grpc(&caller, request)).await?.into_inner();
     let thread = reply.thread.ok_or_else(|| ApiError::internal("CreateThread answered without a thread"))?;
     if !reply.created {
         if if_exists.as_deref() != Some("do_nothing") {
@@ -139,7 +138,7 @@ pub async fn patch(
     }
     fields.finish("a thread update")?;
     let request = UpdateThreadRequest { thread_id: thread_id.clone(), title: None, metadata };
-    edge.threads.update_thread(edge.grpc(&caller, request)).await?;
+    edge.threads().update_thread(edge.grpc(&caller, request)).await?;
     Ok(json_response(&full_thread(&edge, &caller, &thread_id).await?))
 }
 
@@ -150,7 +149,7 @@ pub async fn delete(
     Path(thread_id): Path<String>,
 ) -> Result<Response, ApiError> {
     let request = DeleteThreadRequest { thread_id, cancel_active_run: false };
-    edge.threads.delete_thread(edge.grpc(&caller, request)).await?;
+    edge.threads().delete_thread(edge.grpc(&caller, request)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -194,7 +193,7 @@ pub async fn search(
     let mut found = Vec::new();
     if !ids.is_empty() {
         for id in ids.iter().skip(offset).take(limit) {
-            match edge.threads.get_thread(edge.grpc(&caller, GetThreadRequest { thread_id: id.clone() })).await {
+            match edge.threads().get_thread(edge.grpc(&caller, GetThreadRequest { thread_id: id.clone() })).await {
                 Ok(reply) => found.extend(reply.into_inner().thread),
                 Err(status) if status.code() == tonic::Code::NotFound => {}
                 Err(status) => return Err(status.into()),
@@ -214,7 +213,7 @@ pub async fn search(
                 page: Some(page),
                 include_values: true,
             };
-            let reply = edge_ref.threads.list_threads(edge_ref.grpc(caller_ref, request)).await?.into_inner();
+            let reply = edge_ref.threads().list_threads(edge_ref.grpc(caller_ref, request)).await?.into_inner();
             Ok((reply.threads, reply.page.map(|p| p.next_page_token).unwrap_or_default()))
         })
         .await?;
@@ -357,7 +356,7 @@ async fn read_history(
             let state = thread_state(edge, caller, thread_id, &id).await?;
             let checkpoint = state.checkpoint.ok_or_else(|| ApiError::not_found(format!("checkpoint {id}")))?;
             let at = checkpoint.created_at.map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000).unwrap_or_default();
-            crate::paging::encode(at, &checkpoint.checkpoint_id)
+            antler_runs::paging::encode(at, &checkpoint.checkpoint_id)
         }
     };
     let mut out = Vec::new();
@@ -369,7 +368,7 @@ async fn read_history(
             include_messages: true,
             run_id: run_id.to_owned(),
         };
-        let reply = edge.threads.list_thread_history(edge.grpc(caller, request)).await?.into_inner();
+        let reply = edge.threads().list_thread_history(edge.grpc(caller, request)).await?.into_inner();
         out.extend(reply.checkpoints.iter().map(|c| select(convert::state(thread_id, Some(c), Value::Array(Vec::new())), selected)));
         token = reply.page.map(|p| p.next_page_token).unwrap_or_default();
         if token.is_empty() || out.len() >= limit {

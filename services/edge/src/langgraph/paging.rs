@@ -5,7 +5,7 @@ use std::future::Future;
 
 use antler_proto::common::PageRequest;
 
-use super::error::ApiError;
+use crate::error::ApiError;
 
 /// gRPC page size while walking to the offset (the lists' maximum).
 const PAGE_SIZE: u32 = 200;

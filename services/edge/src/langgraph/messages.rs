@@ -6,7 +6,7 @@ use antler_proto::common::{ContentPart, FilePart, ImagePart, Message, Role, Text
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
-use super::error::ApiError;
+use crate::error::ApiError;
 
 /// The LangChain `type` of a role.
 pub fn type_of(role: i32) -> &'static str {

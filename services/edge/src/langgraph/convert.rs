@@ -6,7 +6,7 @@ use antler_proto::runs::{Checkpoint, MultitaskStrategy, Run, RunStatus, Thread, 
 use serde_json::{Value, json};
 
 use super::stream::{clarification_json, run_status, state_values};
-use crate::config::AgentKind;
+use antler_runs::config::AgentKind;
 
 /// RFC 3339, as LangGraph writes times.
 pub fn time(ts: Option<&prost_types::Timestamp>) -> Value {

@@ -8,9 +8,9 @@ use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use crate::langgraph::error::ApiError;
-use crate::langgraph::request::{Fields, Query, read_body};
-use crate::langgraph::{Edge, json_response};
+use crate::edge::{Edge, json_response};
+use crate::error::ApiError;
+use crate::request::{Fields, Query, read_body};
 
 pub async fn ok() -> Response {
     json_response(&json!({ "ok": true }))

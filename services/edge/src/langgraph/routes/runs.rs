@@ -6,7 +6,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use antler_proto::runs::run_event::Kind;
-use antler_proto::runs::run_service_server::RunService;
 use antler_proto::runs::{
     CancelAction, Checkpoint, CreateRunResponse, EventKind, GetRunRequest, JoinRunRequest, ListRunsRequest, OnDisconnect, Run, RunEvent,
     RunStatus, StreamRunRequest,
@@ -22,13 +21,14 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::threads::thread_state;
-use crate::langgraph::error::{ApiError, http_status};
-use crate::langgraph::request::{Fields, Query, read_body};
+use crate::edge::{Caller, Edge, json_response, json_text};
+use crate::error::{ApiError, http_status};
+use crate::langgraph::convert;
 use crate::langgraph::run_request::{self, RunRequest, stream_modes};
 use crate::langgraph::stream::{
     CheckpointSource, Frame, Resume, StreamMode, Translator, encode, frame_ids, kinds_for, parse_last_event_id,
 };
-use crate::langgraph::{Caller, Edge, convert, json_response, json_text};
+use crate::request::{Fields, Query, read_body};
 
 type Events = Pin<Box<dyn Stream<Item = Result<RunEvent, tonic::Status>> + Send>>;
 
@@ -43,14 +43,14 @@ fn header_value(text: &str) -> HeaderValue {
 /// The run request of a body, translated.
 async fn run_request(edge: &Edge, thread_id: &str, headers: &HeaderMap, body: Body) -> Result<RunRequest, ApiError> {
     let mut fields = Fields::parse(&read_body(headers, body, edge.config.max_body_bytes).await?)?;
-    let request = run_request::parse(&mut fields, thread_id, &edge.assistant, &edge.engine.config.context_keys)?;
+    let request = run_request::parse(&mut fields, thread_id, &edge.assistant, &edge.context_keys)?;
     fields.finish("a run request")?;
     Ok(request)
 }
 
 async fn get_run(edge: &Edge, caller: &Caller, thread_id: &str, run_id: &str) -> Result<Run, ApiError> {
     let request = GetRunRequest { thread_id: thread_id.to_owned(), run_id: run_id.to_owned() };
-    let reply = edge.runs.get_run(edge.grpc(caller, request)).await?.into_inner();
+    let reply = edge.runs().get_run(edge.grpc(caller, request)).await?.into_inner();
     reply.run.ok_or_else(|| ApiError::internal("GetRun answered without a run"))
 }
 
@@ -63,7 +63,7 @@ pub async fn create(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request = run_request(&edge, &thread_id, &headers, body).await?;
-    let reply: CreateRunResponse = edge.runs.create_run(edge.grpc(&caller, request.create)).await?.into_inner();
+    let reply: CreateRunResponse = edge.runs().create_run(edge.grpc(&caller, request.create)).await?.into_inner();
     let run = reply.run.ok_or_else(|| ApiError::internal("CreateRun answered without a run"))?;
     let mut response = json_response(&convert::run(&run, edge.assistant.id()));
     response.headers_mut().insert(header::CONTENT_LOCATION, header_value(&run_path(&run.thread_id, &run.run_id)));
@@ -81,7 +81,7 @@ pub async fn stream(
     body: Body,
 ) -> Result<Response, ApiError> {
     let RunRequest { create, modes } = run_request(&edge, &thread_id, &headers, body).await?;
-    let reply = edge.runs.stream_run(edge.grpc(&caller, StreamRunRequest { create: Some(create) })).await?.into_inner();
+    let reply = edge.runs().stream_run(edge.grpc_stream(&caller, StreamRunRequest { create: Some(create) })).await?.into_inner();
     let mut events: Events =
         Box::pin(reply.map(|item| item.and_then(|r| r.event.ok_or_else(|| tonic::Status::internal("an empty stream item")))));
     let first = match events.next().await {
@@ -137,7 +137,7 @@ pub async fn join_stream(
         kinds: kinds_for(&modes),
         on_disconnect: if cancel { OnDisconnect::Cancel } else { OnDisconnect::Continue } as i32,
     };
-    let reply = edge.runs.join_run(edge.grpc(&caller, request)).await?.into_inner();
+    let reply = edge.runs().join_run(edge.grpc_stream(&caller, request)).await?.into_inner();
     let events: Events =
         Box::pin(reply.map(|item| item.and_then(|r| r.event.ok_or_else(|| tonic::Status::internal("an empty stream item")))));
     let translator = Translator::new(modes, &run_id, &run.thread_id, resume.after_seq);
@@ -177,7 +177,7 @@ fn sse(edge: Arc<Edge>, caller: Caller, thread_id: String, mut events: Events, m
     // Bounded: a slow client makes the task wait, and the run service's subscription behind it
     // re-reads the store when it falls behind — the run itself never waits for a client.
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(64);
-    let shutdown = edge.engine.shutdown.clone();
+    let shutdown = edge.shutdown.clone();
     tokio::spawn(async move {
         let source = Checkpoints { edge, caller, thread_id };
         let mut skip = resume.skip;
@@ -232,7 +232,7 @@ fn sse(edge: Arc<Edge>, caller: Caller, thread_id: String, mut events: Events, m
 /// the headers go out at once; an error found later is the body's `__error__`.
 fn wait_response(edge: Arc<Edge>, caller: Caller, run: Run, on_disconnect: OnDisconnect, location: Option<String>) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(4);
-    let shutdown = edge.engine.shutdown.clone();
+    let shutdown = edge.shutdown.clone();
     let path = run_path(&run.thread_id, &run.run_id);
     tokio::spawn(async move {
         let request = JoinRunRequest {
@@ -243,7 +243,7 @@ fn wait_response(edge: Arc<Edge>, caller: Caller, run: Run, on_disconnect: OnDis
             on_disconnect: on_disconnect as i32,
         };
         let body = async {
-            let mut events = edge.runs.join_run(edge.grpc(&caller, request)).await?.into_inner();
+            let mut events = edge.runs().join_run(edge.grpc_stream(&caller, request)).await?.into_inner();
             loop {
                 let item = tokio::select! {
                     () = shutdown.cancelled() => return Err(ApiError::from(tonic::Status::unavailable("the server is shutting down; join the run again"))),
@@ -305,7 +305,7 @@ pub async fn wait(
 ) -> Result<Response, ApiError> {
     let RunRequest { create, .. } = run_request(&edge, &thread_id, &headers, body).await?;
     let on_disconnect = OnDisconnect::try_from(create.on_disconnect).unwrap_or(OnDisconnect::Continue);
-    let reply = edge.runs.create_run(edge.grpc(&caller, create)).await?.into_inner();
+    let reply = edge.runs().create_run(edge.grpc(&caller, create)).await?.into_inner();
     let run = reply.run.ok_or_else(|| ApiError::internal("CreateRun answered without a run"))?;
     let location = format!("{}/join", run_path(&run.thread_id, &run.run_id));
     Ok(wait_response(edge, caller, run, on_disconnect, Some(location)))
@@ -354,7 +354,7 @@ pub async fn list(
     let found = crate::langgraph::paging::window(offset, limit, move |page| async move {
         let request =
             ListRunsRequest { thread_id: thread_ref.clone(), statuses: statuses_ref.clone(), page: Some(page), ..Default::default() };
-        let reply = edge_ref.runs.list_runs(edge_ref.grpc(caller_ref, request)).await?.into_inner();
+        let reply = edge_ref.runs().list_runs(edge_ref.grpc(caller_ref, request)).await?.into_inner();
         Ok((reply.runs, reply.page.map(|p| p.next_page_token).unwrap_or_default()))
     })
     .await?;
@@ -404,6 +404,6 @@ pub async fn cancel(
         Some(other) => return Err(ApiError::invalid("action", format!("`{other}` is not one of interrupt, rollback"))),
     };
     let request = antler_proto::runs::CancelRunRequest { thread_id, run_id, action: action as i32, wait };
-    edge.runs.cancel_run(edge.grpc(&caller, request)).await?;
+    edge.runs().cancel_run(edge.grpc(&caller, request)).await?;
     Ok(if wait { StatusCode::NO_CONTENT } else { StatusCode::ACCEPTED }.into_response())
 }

@@ -8,10 +8,10 @@ use antler_proto::runs::{CreateRunRequest, MultitaskStrategy, OnDisconnect, Resu
 use serde_json::{Map, Value};
 
 use super::convert::Assistant;
-use super::error::ApiError;
 use super::messages::from_langchain;
-use super::request::Fields;
 use super::stream::{StreamMode, kinds_for};
+use crate::error::ApiError;
+use crate::request::Fields;
 
 /// What a run request asks for.
 #[derive(Debug)]
@@ -317,14 +317,14 @@ fn refuse_unsupported(fields: &mut Fields) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::AgentKind;
+    use antler_runs::config::AgentKind;
 
     fn lead() -> Assistant {
         Assistant { kind: AgentKind::Lead, since: prost_types::Timestamp::default() }
     }
 
     fn keys() -> Vec<String> {
-        crate::config::DEFAULT_CONTEXT_KEYS.iter().map(|k| (*k).to_owned()).collect()
+        antler_runs::config::DEFAULT_CONTEXT_KEYS.iter().map(|k| (*k).to_owned()).collect()
     }
 
     fn parse_json(body: Value) -> Result<RunRequest, ApiError> {

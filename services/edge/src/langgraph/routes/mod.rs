@@ -9,8 +9,8 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::{any, get, post};
 
-use super::Edge;
-use super::error::ApiError;
+use crate::edge::Edge;
+use crate::error::ApiError;
 
 /// Endpoints of the LangGraph API that Antler does not serve, with what is missing.
 const UNSUPPORTED: &[(&str, &str)] = &[

@@ -246,7 +246,7 @@ fn frame_ids_resume_between_frames_of_one_event() {
 
 #[test]
 fn the_modes_a_run_may_record_are_the_modes_the_edge_serves() {
-    assert_eq!(StreamMode::ALL.map(StreamMode::name), crate::lifecycle::admission::LANGGRAPH_STREAM_MODES);
+    assert_eq!(StreamMode::ALL.map(StreamMode::name), antler_runs::lifecycle::admission::LANGGRAPH_STREAM_MODES);
 }
 
 #[test]
