@@ -399,10 +399,14 @@ impl Printer {
             }
             Kind::Custom(c) => writeln!(out, "{at} {}", c.name)?,
             Kind::Delivery(d) => {
-                let verdict = if d.satisfied {
-                    style.good("satisfied")
-                } else {
+                // "Satisfied" with nothing produced and nothing declared would read as a success
+                // before an END that may well say ERROR: say what the receipt holds instead.
+                let verdict = if !d.satisfied {
                     style.bad(&format!("NOT satisfied, missing {}", d.missing.join(", ")))
+                } else if d.produced.is_empty() && d.declared.is_empty() {
+                    style.dim("no outputs (none produced, none declared)")
+                } else {
+                    style.good("satisfied")
                 };
                 writeln!(out, "{at} delivery receipt: {verdict}")?;
                 for file in &d.produced {
@@ -537,6 +541,37 @@ mod tests {
         let plain = printed(Style::new(ColorChoice::Never, true, None, None), events());
         assert!(!plain.contains('\x1b'), "{plain:?}");
         assert!(plain.contains("[  3] end: SUCCESS\n"), "{plain:?}");
+    }
+
+    #[test]
+    fn a_receipt_with_nothing_in_it_does_not_say_satisfied() {
+        use antler_proto::runs::{DeliveryReceipt, OutputFile, RunError};
+        let plain = Style::new(ColorChoice::Never, true, None, None);
+        // A run that failed before it produced anything: an empty receipt, then END ERROR.
+        let failed = printed(
+            plain,
+            vec![
+                Kind::Delivery(DeliveryReceipt { satisfied: true, ..DeliveryReceipt::default() }),
+                Kind::End(EndEvent {
+                    status: RunStatus::Error as i32,
+                    error: Some(RunError { code: "model_error".into(), ..RunError::default() }),
+                    ..EndEvent::default()
+                }),
+            ],
+        );
+        assert!(failed.contains("[  1] delivery receipt: no outputs (none produced, none declared)\n"), "{failed}");
+        assert!(!failed.contains("satisfied"), "{failed}");
+        let file = OutputFile { path: "/mnt/user-data/outputs/a.md".into(), size: 3, sha256: "ab".repeat(32), ..OutputFile::default() };
+        let delivered = printed(
+            plain,
+            vec![Kind::Delivery(DeliveryReceipt {
+                satisfied: true,
+                produced: vec![file.clone()],
+                presented: vec![file.path.clone()],
+                ..DeliveryReceipt::default()
+            })],
+        );
+        assert!(delivered.contains("delivery receipt: satisfied\n"), "{delivered}");
     }
 
     #[test]
