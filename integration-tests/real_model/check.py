@@ -9,6 +9,7 @@ only when every one passed. Nothing is skipped. The checks:
   stream_equals_direct    streamed text, usage and finish reason `stop` equal a direct request at temperature 0
   chat_equals_stream      unary Chat assembles the same message
   finish_length           max_tokens reached: LENGTH, the same text and counts as the direct request
+  cached_prompt_usage     llama-server's prompt cache: input and cache_read tokens as it reports them
   tool_call_streamed      tools + tool_choice "required": llama-server's ids and argument fragments pass
                           through, and the assembled arguments equal what llama-server streamed directly
   tool_call_truncated     a tool call cut by max_tokens: arguments_invalid with the raw text, as documented
@@ -211,6 +212,27 @@ class Driver:
         expect(reply.info.usage == streamed.finish.info.usage, f"Chat usage {reply.info.usage} != stream's {streamed.finish.info.usage}")
         expect(reply.info.attempts == 1, f"{reply.info.attempts} attempts")
         return f"{len(text)} chars, usage {reply.info.usage.input_tokens}/{reply.info.usage.output_tokens}, 1 attempt, upstream model {reply.info.upstream_model!r}"
+
+    def cached_prompt_usage(self) -> str:
+        """With llama-server's prompt cache on, a repeated prompt is partly served from the cache: usage counts
+        every prompt token as input and the cached ones as cache_read, as llama-server reports them."""
+        user = "List the days of the week."
+        req = self.request("smollm2-cached", [self.message("system", SYSTEM), self.message("user", user)], 8)
+        first = self.stream(req)
+        second = self.stream(req)
+        expect(first.error is None and second.error is None, f"ChatStream failed: {first.error_text()} / {second.error_text()}")
+        # The same prompt again, directly: the slot holds what it held before the second call.
+        body = self.direct_body([{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}], 8)
+        body["cache_prompt"] = True
+        direct = stream_direct(self.llama, body)
+        usage, got = direct.usage or {}, second.finish.info.usage
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        expect(bool(cached), f"llama-server reported no cached tokens for a repeated prompt: {usage}")
+        expect((got.input_tokens, got.cache_read_tokens, got.output_tokens) == (usage.get("prompt_tokens"), cached, usage.get("completion_tokens")),
+               f"Antler's input/cache_read/output {got.input_tokens}/{got.cache_read_tokens}/{got.output_tokens} != llama-server's {usage}")
+        expect(first.finish.info.usage.input_tokens == got.input_tokens, f"first call input {first.finish.info.usage.input_tokens} != {got.input_tokens}")
+        return (f"second call: input {got.input_tokens} (first call {first.finish.info.usage.input_tokens}, cache_read "
+                f"{first.finish.info.usage.cache_read_tokens}), cache_read {got.cache_read_tokens}, output {got.output_tokens} = llama-server's")
 
     def tool_messages(self, prefill: bool = True) -> tuple[list, list[dict]]:
         """The weather question, ending (with `prefill`) in an assistant turn that opens a tool call.
@@ -560,6 +582,7 @@ def main() -> int:
         checks.run("stream_equals_direct", lambda: driver.compare_text("stop", "Name three colours of the rainbow.", 256, "stop"))
         checks.run("chat_equals_stream", driver.chat_equals_stream)
         checks.run("finish_length", lambda: driver.compare_text("length", "Write a short poem about the sea.", 12, "length"))
+        checks.run("cached_prompt_usage", driver.cached_prompt_usage)
         checks.run("tool_call_streamed", driver.tool_call_streamed)
         checks.run("tool_call_truncated", driver.tool_call_truncated)
         checks.run("tool_result_round_trip", driver.tool_result_round_trip)

@@ -50,7 +50,8 @@ def config(base_url: str) -> str:
     `extra_body`) makes every request evaluate its whole prompt, so a request through Antler and the direct one
     run the same computation whatever the slot's cache held, and greedy decoding gives the same tokens.
     `smollm2-endless` adds `ignore_eos`, so a generation runs until max_tokens: the cancel and kill checks need
-    one that is still going when they act. Both send the server's key from $REAL_MODEL_API_KEY; `smollm2-wrong-key`
+    one that is still going when they act. `smollm2-cached` keeps llama-server's prompt cache on (its default), for
+    the cached-token count. These send the server's key from $REAL_MODEL_API_KEY; `smollm2-wrong-key`
     sends another one from $REAL_MODEL_WRONG_KEY. Retries are quick (0.2 s base) so a dead server's UNAVAILABLE comes
     after all three attempts in well under the bounds; the chunk timeout is 120 s, so a stream that ended because
     it waited that long would fail the bounds by far."""
@@ -76,6 +77,8 @@ models:
     - name: smollm2-endless{common}
       max_tokens: 4096
       extra_body: {{cache_prompt: false, ignore_eos: true}}
+    - name: smollm2-cached{common}
+      max_tokens: 2048
     - name: smollm2-wrong-key
       provider: openai
       api_key: $REAL_MODEL_WRONG_KEY
