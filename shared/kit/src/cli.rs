@@ -119,7 +119,18 @@ pub enum RunError {
 /// Validates the whole configuration, including each service's own section.
 pub fn validate(config: &Config, services: &[Registration]) -> Result<(), ConfigError> {
     crate::Authenticator::new(&config.server.auth)?;
-    services.iter().try_for_each(|s| (s.validate)(config))
+    services.iter().try_for_each(|s| (s.validate)(config)).map_err(|e| config.explain(e))
+}
+
+/// Logs what a DeerFlow `config.yaml` became, once, at start-up: a summary line, then one line per
+/// section (`applied: title → runs.lead.title`, `accepted, not applied: channels (…)`).
+fn log_deerflow_mapping(config: &Config) {
+    let Some(translation) = &config.deerflow else { return };
+    let file = config.path.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+    tracing::info!(file = %file, "{}", translation.summary());
+    for line in &translation.lines {
+        tracing::info!(deerflow_section = %line.section, "{line}");
+    }
 }
 
 /// Runs a server with `services` until SIGTERM/SIGINT. `program` names the binary in the ready line,
@@ -131,6 +142,7 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
     if telemetry.exporting() {
         tracing::info!(endpoint = %config.server.tracing.otlp_endpoint, protocol = ?config.server.tracing.otlp_protocol, "exporting spans over OTLP");
     }
+    log_deerflow_mapping(&config);
     validate(&config, services)?;
     std::fs::create_dir_all(&config.server.data_dir)
         .map_err(|source| RunError::DataDir { path: config.server.data_dir.clone(), source })?;

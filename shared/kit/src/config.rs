@@ -4,11 +4,13 @@
 //! must not silently fall back to a default), a missing environment variable is an error naming the
 //! path that referenced it, and every number is checked against its documented range.
 
+pub mod deerflow;
 mod env;
 pub mod reload;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -34,7 +36,11 @@ pub enum ConfigError {
     MissingEnv { var: String, path: String },
     #[error("bad variable reference at `{path}`: {problem}")]
     BadReference { path: String, problem: String },
-    #[error("unknown top-level section `{section}`\nhint: the sections are {}", SECTIONS.join(", "))]
+    #[error(
+        "unknown top-level section `{section}`\nhint: the sections are {}; a DeerFlow config.yaml is read as such when it has \
+         config_version or a section only DeerFlow has",
+        SECTIONS.join(", ")
+    )]
     UnknownSection { section: String },
     #[error("invalid config at `{path}`: {message}")]
     Invalid { path: String, message: String },
@@ -42,6 +48,19 @@ pub enum ConfigError {
     OutOfRange { path: String, value: String, limit: String },
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    /// An error about a setting that a DeerFlow `config.yaml` supplied, with the DeerFlow key named.
+    #[error("{source}\nnote: `{antler_path}` is set from DeerFlow's `{deerflow_path}`")]
+    FromDeerflow { source: Box<ConfigError>, antler_path: String, deerflow_path: String },
+}
+
+impl ConfigError {
+    /// The YAML path the error is about, when it names one.
+    pub fn path(&self) -> Option<&str> {
+        match self {
+            Self::Invalid { path, .. } | Self::OutOfRange { path, .. } => Some(path),
+            _ => None,
+        }
+    }
 }
 
 /// The `server` section: how this process listens and protects itself.
@@ -360,6 +379,8 @@ pub struct Config {
     sections: Mapping,
     /// SHA-256 of the file's bytes as loaded, so a reload can tell a real change from a touch.
     pub(crate) source_sha256: Option<[u8; 32]>,
+    /// Set when the file was DeerFlow's `config.yaml`: what each of its sections became.
+    pub deerflow: Option<Arc<deerflow::Translation>>,
 }
 
 impl Default for Config {
@@ -370,6 +391,7 @@ impl Default for Config {
             clients: ClientsConfig::default(),
             sections: Mapping::new(),
             source_sha256: None,
+            deerflow: None,
         }
     }
 }
@@ -381,7 +403,8 @@ impl Config {
         let bytes = std::fs::read(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         let text = String::from_utf8(bytes)
             .map_err(|_| ConfigError::Parse { origin: path.display().to_string(), message: "the file is not UTF-8".to_owned() })?;
-        let mut config = Self::parse(&text, &path.display().to_string(), &|name| std::env::var(name).ok())?;
+        let base_dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+        let mut config = Self::parse_at(&text, &path.display().to_string(), base_dir, &|name| std::env::var(name).ok())?;
         config.path = Some(path.to_owned());
         config.source_sha256 = Some(sha2::Sha256::digest(text.as_bytes()).into());
         Ok(config)
@@ -389,14 +412,40 @@ impl Config {
 
     /// Parses YAML text. `origin` names the text in errors; `lookup` resolves `$VAR` references.
     pub fn parse(text: &str, origin: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut root: Value =
+        Self::parse_at(text, origin, None, lookup)
+    }
+
+    /// [`Config::parse`] for a file in `base_dir`, against which a DeerFlow file's relative paths are
+    /// taken (`skills.path`, `database.sqlite_dir`).
+    pub fn parse_at(
+        text: &str,
+        origin: &str,
+        base_dir: Option<&Path>,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let root: Value =
             serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse { origin: origin.to_owned(), message: e.to_string() })?;
-        if root.is_null() {
-            root = Value::Mapping(Mapping::new());
-        }
-        env::substitute(&mut root, "", lookup)?;
-        let Value::Mapping(mut root) = root else {
-            return Err(ConfigError::Invalid { path: "(root)".to_owned(), message: "the file must be a mapping of sections".to_owned() });
+        let root = match root {
+            Value::Null => Mapping::new(),
+            Value::Mapping(root) => root,
+            _ => {
+                return Err(ConfigError::Invalid {
+                    path: "(root)".to_owned(),
+                    message: "the file must be a mapping of sections".to_owned(),
+                });
+            }
+        };
+        // A DeerFlow file resolves the variables of what it applies only (see `deerflow`).
+        let (mut root, translation) = if deerflow::is_deerflow(&root) {
+            let (root, translation) = deerflow::translate(root, base_dir, lookup)?;
+            (root, Some(Arc::new(translation)))
+        } else {
+            let mut root = Value::Mapping(root);
+            env::substitute(&mut root, "", lookup)?;
+            let Value::Mapping(root) = root else {
+                return Err(ConfigError::Invalid { path: "(root)".to_owned(), message: "not a mapping".to_owned() });
+            };
+            (root, None)
         };
         for key in root.keys() {
             let name = env::key_name(key);
@@ -404,12 +453,18 @@ impl Config {
                 return Err(ConfigError::UnknownSection { section: name });
             }
         }
-        let server: ServerConfig = take_section(&mut root, "server")?;
-        let clients: ClientsConfig = take_section(&mut root, "clients")?;
-        let config = Self { path: None, server, clients, sections: root, source_sha256: None };
-        config.validate()?;
+        let explain = |e: ConfigError| explain(translation.as_deref(), e);
+        let server: ServerConfig = take_section(&mut root, "server").map_err(explain)?;
+        let clients: ClientsConfig = take_section(&mut root, "clients").map_err(explain)?;
+        let config = Self { path: None, server, clients, sections: root, source_sha256: None, deerflow: translation };
+        config.validate().map_err(|e| config.explain(e))?;
         config.register_secrets();
         Ok(config)
+    }
+
+    /// Adds the DeerFlow key behind the setting `error` is about, when a DeerFlow file supplied it.
+    pub fn explain(&self, error: ConfigError) -> ConfigError {
+        explain(self.deerflow.as_deref(), error)
     }
 
     /// Parses a service's own section (absent → its defaults), with unknown keys and bad values
@@ -521,6 +576,14 @@ impl ClientsConfig {
 /// in errors; `lookup` resolves a variable name.
 pub fn substitute_env(value: &mut Value, path: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
     env::substitute(value, path, lookup)
+}
+
+fn explain(translation: Option<&deerflow::Translation>, error: ConfigError) -> ConfigError {
+    let origin = translation.zip(error.path()).and_then(|(t, path)| t.origin_of(path).map(|origin| (path.to_owned(), origin)));
+    match origin {
+        Some((antler_path, deerflow_path)) => ConfigError::FromDeerflow { source: Box::new(error), antler_path, deerflow_path },
+        None => error,
+    }
 }
 
 /// Checks `min <= value <= max`, naming the path and the limit otherwise.
