@@ -1,7 +1,9 @@
 //! Threads: the conversations runs belong to. A thread's status is derived from its runs when read
 //! (busy while a run is active, else from its latest run), so it can never go stale.
 
-use antler_proto::runs::{Checkpoint, ClarificationEvent, EventKind, RunEvent, Thread, ThreadState, ThreadStatus, run_event};
+use antler_proto::runs::{
+    Checkpoint, ClarificationEvent, EventKind, RunEvent, SortOrder, Thread, ThreadSort, ThreadState, ThreadStatus, run_event,
+};
 use prost::Message;
 use sea_orm::sea_query::{Condition, Expr};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect};
@@ -136,6 +138,149 @@ pub async fn update(
     update.exec(&*tx).await?;
     tx.commit().await?;
     find(engine, user_id, thread_id).await
+}
+
+/// The channels [`update_state`] may write, checked: the title (None: cleared).
+fn writable_values(values: Option<&prost_types::Struct>) -> Result<Option<String>, RunsError> {
+    use prost_types::value::Kind;
+    let values = values
+        .filter(|v| !v.fields.is_empty())
+        .ok_or_else(|| RunsError::invalid("values", "is required: name at least one channel, e.g. {\"title\": \"…\"}"))?;
+    let mut title = None;
+    for (key, value) in &values.fields {
+        match (key.as_str(), value.kind.as_ref()) {
+            ("title", Some(Kind::StringValue(text))) if text.chars().count() > 256 => {
+                return Err(RunsError::invalid("values.title", format!("is {} characters long; the limit is 256", text.chars().count())));
+            }
+            ("title", Some(Kind::StringValue(text))) => title = Some(text.clone()),
+            ("title", None | Some(Kind::NullValue(_))) => title = Some(String::new()),
+            ("title", _) => return Err(RunsError::invalid("values.title", "must be a string or null")),
+            ("messages", _) => {
+                return Err(RunsError::invalid(
+                    "values.messages",
+                    "messages change only through runs\nhint: send them as a run's input (CreateRunRequest.input)",
+                ));
+            }
+            (other, _) => {
+                return Err(RunsError::invalid(
+                    format!("values.{other}"),
+                    "only `title` can be written outside a run; the agent's other channels change as it runs",
+                ));
+            }
+        }
+    }
+    Ok(title)
+}
+
+/// Writes a checkpoint with `values` applied over the thread's head (or `checkpoint_id`) and makes it
+/// the head, in one transaction that first takes the thread's row and then checks that no run is
+/// active (ABORTED naming it): a run's steps start from the head it was admitted on, so a change
+/// written under it would be overwritten. The thread's title follows the `title` channel.
+pub async fn update_state(
+    engine: &Engine,
+    user_id: &str,
+    thread_id: &str,
+    values: Option<prost_types::Struct>,
+    checkpoint_id: &str,
+) -> Result<(Checkpoint, threads::Model), RunsError> {
+    let title = writable_values(values.as_ref())?;
+    find(engine, user_id, thread_id).await?;
+    let written = engine
+        .store
+        .retry_busy(|| async {
+            let tx = engine.store.tx().await?;
+            let now = now_ms();
+            // First the thread's row: on PostgreSQL this waits for (and then sees) an admission
+            // that is writing the thread's latest run at this moment.
+            threads::Entity::update_many()
+                .col_expr(threads::Column::UpdatedAt, Expr::value(now))
+                .filter(threads::Column::UserId.eq(user_id))
+                .filter(threads::Column::ThreadId.eq(thread_id))
+                .exec(&*tx)
+                .await?;
+            let active = runs::Entity::find()
+                .filter(runs::Column::UserId.eq(user_id))
+                .filter(runs::Column::ThreadId.eq(thread_id))
+                .filter(runs::Column::Status.is_in(ACTIVE))
+                .one(&*tx)
+                .await?;
+            if let Some(active) = active {
+                return Err(RunsError::Aborted(format!(
+                    "thread {thread_id} has an active run {}: its next step would overwrite this change\nhint: retry once the run has ended, or cancel it first",
+                    active.run_id
+                )));
+            }
+            let thread = threads::Entity::find_by_id((user_id.to_owned(), thread_id.to_owned()))
+                .one(&*tx)
+                .await?
+                .ok_or_else(|| RunsError::NotFound(format!("thread {thread_id}")))?;
+            let parent_id = if checkpoint_id.is_empty() { thread.head_checkpoint_id.clone() } else { Some(checkpoint_id.to_owned()) };
+            let parent = match &parent_id {
+                Some(id) => Some(
+                    crate::checkpoints::find(&*tx, user_id, thread_id, id, true)
+                        .await?
+                        .ok_or_else(|| RunsError::NotFound(format!("checkpoint {id} of thread {thread_id}")))?,
+                ),
+                None => None,
+            };
+            let (base, depth) = parent.unwrap_or_default();
+            let mut channels = base.values.clone().unwrap_or_default();
+            if let Some(title) = &title {
+                channels.fields.insert("title".to_owned(), prost_types::Value { kind: Some(prost_types::value::Kind::StringValue(title.clone())) });
+            }
+            let state = Checkpoint {
+                checkpoint_id: uuid::Uuid::now_v7().to_string(),
+                parent_checkpoint_id: parent_id.clone().unwrap_or_default(),
+                // LangGraph counts an update as a step of its own.
+                step: if parent_id.is_some() { base.step + 1 } else { 0 },
+                values: Some(channels),
+                created_at: Some(to_timestamp(now)),
+                run_id: String::new(),
+                messages: base.messages.clone(),
+                source: "update".to_owned(),
+            };
+            let full = parent_id.as_ref().map(|id| crate::checkpoints::Full {
+                checkpoint_id: id.clone(),
+                messages: base.messages,
+                values: base.values.unwrap_or_default(),
+                depth,
+            });
+            let policy = crate::checkpoints::Policy {
+                snapshot_every: engine.config.checkpoint_snapshot_every,
+                blob_min_bytes: engine.config.checkpoint_blob_min_bytes,
+            };
+            // Stored as a delta over its parent (the messages are kept, only the title changes).
+            let encoded = crate::checkpoints::encode(&state, full.as_ref(), policy);
+            crate::checkpoints::insert_blobs(&*tx, user_id, thread_id, &encoded.blobs, now).await?;
+            checkpoints::Entity::insert(checkpoints::ActiveModel::from(checkpoints::Model {
+                checkpoint_id: state.checkpoint_id.clone(),
+                user_id: user_id.to_owned(),
+                thread_id: thread_id.to_owned(),
+                parent_checkpoint_id: parent_id,
+                run_id: None,
+                step: state.step,
+                state: encoded.state,
+                created_at: now,
+                encoding: crate::checkpoints::ENCODING_STORED,
+            }))
+            .exec_without_returning(&*tx)
+            .await?;
+            let mut update = threads::Entity::update_many()
+                .col_expr(threads::Column::HeadCheckpointId, Expr::value(state.checkpoint_id.as_str()))
+                .filter(threads::Column::UserId.eq(user_id))
+                .filter(threads::Column::ThreadId.eq(thread_id));
+            if let Some(title) = &title {
+                update = update.col_expr(threads::Column::Title, Expr::value(title.as_str()));
+            }
+            update.exec(&*tx).await?;
+            tx.commit().await?;
+            Ok::<_, RunsError>(state)
+        })
+        .await?;
+    tracing::info!(thread_id, checkpoint_id = %written.checkpoint_id, title = title.is_some(), "thread state updated outside a run");
+    let mut checkpoint = written;
+    checkpoint.messages = Vec::new();
+    Ok((checkpoint, find(engine, user_id, thread_id).await?))
 }
 
 /// Deletes a thread with its runs, events, checkpoints, side-effect journal and feedback, and the
@@ -401,9 +546,96 @@ pub struct Listed {
     pub active_run_id: Option<String>,
 }
 
-/// The caller's threads, newest first, filtered by metadata and status in SQL: a page holds
-/// `page_size` matching threads (fewer only on the last page) however few of the caller's threads
-/// match, and the token names the last one returned.
+/// What ListThreads orders by, and which way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sort {
+    pub by: ThreadSort,
+    pub ascending: bool,
+}
+
+impl Sort {
+    /// The sort a request asks for (UNSPECIFIED: created_at, newest first).
+    pub fn of(by: ThreadSort, order: SortOrder) -> Self {
+        let by = if by == ThreadSort::Unspecified { ThreadSort::CreatedAt } else { by };
+        Self { by, ascending: order == SortOrder::Asc }
+    }
+
+    fn column(self) -> &'static str {
+        if self.by == ThreadSort::UpdatedAt { "updated_at" } else { "created_at" }
+    }
+
+    /// The mark a page token carries, so a token is only read back under the sort it was made for.
+    /// Newest created first has none: its tokens are the ones this service has always written.
+    fn tag(self) -> Option<&'static str> {
+        match (self.by == ThreadSort::UpdatedAt, self.ascending) {
+            (false, false) => None,
+            (false, true) => Some("ca"),
+            (true, false) => Some("ud"),
+            (true, true) => Some("ua"),
+        }
+    }
+
+    fn encode(self, thread: &threads::Model) -> String {
+        let at = if self.by == ThreadSort::UpdatedAt { thread.updated_at } else { thread.created_at };
+        match self.tag() {
+            None => paging::encode(at, &thread.thread_id),
+            // Thread ids never hold ':', so the mark reads back unambiguously.
+            Some(tag) => paging::encode(at, &format!("{tag}:{}", thread.thread_id)),
+        }
+    }
+
+    /// The position a token names (after this time and thread id), refusing a token of another sort.
+    fn decode(self, token: &str) -> Result<Option<(i64, String)>, RunsError> {
+        let Some((at, rest)) = paging::decode(token, "page.page_token")? else { return Ok(None) };
+        let (tag, id) = match rest.split_once(':') {
+            Some((tag, id)) => (Some(tag), id.to_owned()),
+            None => (None, rest),
+        };
+        if tag != self.tag() {
+            return Err(RunsError::invalid(
+                "page.page_token",
+                "was returned for another sort_by / sort_order\nhint: pass the sort the first page was asked with, or start again without a token",
+            ));
+        }
+        Ok(Some((at, id)))
+    }
+}
+
+/// The filters and order of [`list`].
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    /// Exact match on top-level metadata keys.
+    pub metadata: Option<prost_types::Struct>,
+    /// Exact match on state channels: only `title` can be matched (see [`title_filter`]).
+    pub values: Option<prost_types::Struct>,
+    pub status: ThreadStatus,
+    pub sort: Sort,
+}
+
+/// The title a `values` filter asks for (None: no filter). Every other channel lives in the
+/// checkpoints' encoded state, which no index (and no SQL) can read, so it is refused by name.
+pub fn title_filter(values: Option<&prost_types::Struct>) -> Result<Option<String>, RunsError> {
+    let Some(values) = values else { return Ok(None) };
+    let mut title = None;
+    for (key, value) in &values.fields {
+        match (key.as_str(), value.kind.as_ref()) {
+            ("title", Some(prost_types::value::Kind::StringValue(s))) => title = Some(s.clone()),
+            ("title", _) => return Err(RunsError::invalid("values.title", "must be a string")),
+            (other, _) => {
+                return Err(RunsError::invalid(
+                    format!("values.{other}"),
+                    "threads can be matched on the `title` channel only: the other channels live inside checkpoints, which are not indexed\nhint: filter on metadata, or read the threads and match their values yourself",
+                ));
+            }
+        }
+    }
+    Ok(title)
+}
+
+/// The caller's threads in `query.sort` order, filtered by metadata, title and status in SQL: a
+/// page holds `page_size` matching threads (fewer only on the last page) however few of the
+/// caller's threads match, and the token names the last one returned (its sort time and id), so
+/// threads that do not change between pages are neither repeated nor skipped.
 ///
 /// Metadata: every key of the filter must be present with an equal value (JSON equality of the
 /// top-level value). PostgreSQL compares `jsonb` values; SQLite compares `json_each` rows by type and
@@ -411,16 +643,17 @@ pub struct Listed {
 pub async fn list(
     engine: &Engine,
     user_id: &str,
-    metadata: Option<prost_types::Struct>,
-    status_filter: ThreadStatus,
+    query: &ListQuery,
     page_size: u64,
     token: &str,
 ) -> Result<(Vec<Listed>, String), RunsError> {
-    let wanted = match metadata.map(|m| struct_to_json(&m)) {
+    let wanted = match query.metadata.as_ref().map(struct_to_json) {
         Some(serde_json::Value::Object(map)) if !map.is_empty() => Some(serde_json::Value::Object(map).to_string()),
         _ => None,
     };
-    let cursor = paging::decode(token, "page.page_token")?;
+    let title = title_filter(query.values.as_ref())?;
+    let sort = query.sort;
+    let cursor = sort.decode(token)?;
     let backend = engine.store.backend();
     // The threads of subagent runs belong to their parent's thread, not to the user's list.
     let mut inner = format!(
@@ -433,9 +666,14 @@ pub async fn list(
         ACTIVE.map(|s| format!("'{s}'")).join(", ")
     );
     let mut values: Vec<sea_orm::Value> = vec![user_id.into()];
+    let (column, direction, past) = (sort.column(), if sort.ascending { "ASC" } else { "DESC" }, if sort.ascending { ">" } else { "<" });
     if let Some((at, id)) = cursor {
-        inner.push_str(" AND (t.created_at < ? OR (t.created_at = ? AND t.thread_id < ?))");
+        inner.push_str(&format!(" AND (t.{column} {past} ? OR (t.{column} = ? AND t.thread_id {past} ?))"));
         values.extend([at.into(), at.into(), id.into()]);
+    }
+    if let Some(title) = title {
+        inner.push_str(" AND t.title = ?");
+        values.push(title.into());
     }
     if let Some(wanted) = wanted {
         inner.push_str(match backend {
@@ -450,8 +688,8 @@ pub async fn list(
         });
         values.push(wanted.into());
     }
-    let filter = status_sql(status_filter).map(|c| format!(" WHERE {c}")).unwrap_or_default();
-    let sql = format!("SELECT * FROM ({inner}) x{filter} ORDER BY created_at DESC, thread_id DESC LIMIT ?");
+    let filter = status_sql(query.status).map(|c| format!(" WHERE {c}")).unwrap_or_default();
+    let sql = format!("SELECT * FROM ({inner}) x{filter} ORDER BY {column} {direction}, thread_id {direction} LIMIT ?");
     values.push(i64::try_from(page_size).unwrap_or(i64::MAX).into());
     let rows = engine.store.db().query_all_raw(crate::usage::statement(backend, &sql, values)).await?;
     let mut out = Vec::with_capacity(rows.len());
@@ -463,11 +701,7 @@ pub async fn list(
         let status = derived_status(active_run_id.is_some(), latest_status.as_deref(), latest_stop_reason.as_deref());
         out.push(Listed { thread, status, active_run_id });
     }
-    let next = if out.len() as u64 == page_size {
-        out.last().map(|t| paging::encode(t.thread.created_at, &t.thread.thread_id)).unwrap_or_default()
-    } else {
-        String::new()
-    };
+    let next = if out.len() as u64 == page_size { out.last().map(|t| sort.encode(&t.thread)).unwrap_or_default() } else { String::new() };
     Ok((out, next))
 }
 

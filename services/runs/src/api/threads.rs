@@ -70,8 +70,13 @@ impl ThreadService for ThreadApi {
         let page = req.page.unwrap_or_default();
         let status = ThreadStatus::try_from(req.status)
             .map_err(|_| antler_kit::status::invalid_argument("status", format!("{} is not a ThreadStatus", req.status)))?;
+        let sort_by = ThreadSort::try_from(req.sort_by)
+            .map_err(|_| antler_kit::status::invalid_argument("sort_by", format!("{} is not a ThreadSort", req.sort_by)))?;
+        let order = SortOrder::try_from(req.sort_order)
+            .map_err(|_| antler_kit::status::invalid_argument("sort_order", format!("{} is not a SortOrder", req.sort_order)))?;
         let size = paging::size(page.page_size, paging::DEFAULT_PAGE, paging::MAX_PAGE);
-        let (rows, next) = domain::list(&self.engine, &user, req.metadata, status, size, &page.page_token).await?;
+        let query = domain::ListQuery { metadata: req.metadata, values: req.values, status, sort: domain::Sort::of(sort_by, order) };
+        let (rows, next) = domain::list(&self.engine, &user, &query, size, &page.page_token).await?;
         let mut threads = Vec::with_capacity(rows.len());
         for row in rows {
             threads.push(domain::to_proto_with(&self.engine, &row.thread, row.status, row.active_run_id, req.include_values).await?);
@@ -122,6 +127,17 @@ impl ThreadService for ThreadApi {
         let checkpoint = (!req.checkpoint_id.is_empty()).then_some(req.checkpoint_id.as_str());
         let page = domain::MessagePage { limit: req.messages_limit, page_token: &req.messages_page_token };
         Ok(Response::new(GetThreadStateResponse { state: Some(domain::state(&self.engine, &thread, checkpoint, page).await?) }))
+    }
+
+    async fn update_thread_state(&self, request: Request<UpdateThreadStateRequest>) -> Result<Response<UpdateThreadStateResponse>, Status> {
+        let user = user(&request)?;
+        let req = request.into_inner();
+        antler_kit::status::required("thread_id", &req.thread_id)?;
+        let (checkpoint, thread) = domain::update_state(&self.engine, &user, &req.thread_id, req.values, &req.checkpoint_id).await?;
+        Ok(Response::new(UpdateThreadStateResponse {
+            checkpoint: Some(checkpoint),
+            thread: Some(domain::to_proto(&self.engine, &thread, false).await?),
+        }))
     }
 
     async fn list_thread_history(&self, request: Request<ListThreadHistoryRequest>) -> Result<Response<ListThreadHistoryResponse>, Status> {
