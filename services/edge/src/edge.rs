@@ -158,8 +158,10 @@ fn is_public(path: &str) -> bool {
     matches!(path, "/ok" | "/info")
 }
 
-/// The `endpoint` label of `antler_langgraph_requests_total`: a fixed word per kind of call.
+/// The `endpoint` label of `antler_langgraph_requests_total`: a fixed word per kind of call (the
+/// LangGraph API under `/api/` counts as at the root).
 pub fn endpoint_of(path: &str) -> &'static str {
+    let path = path.strip_prefix(crate::langgraph::routes::API_PREFIX).filter(|p| p.starts_with('/')).unwrap_or(path);
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
         ["ok"] | ["info"] => "system",
@@ -170,7 +172,7 @@ pub fn endpoint_of(path: &str) -> &'static str {
         ["threads", _, "runs", _, "cancel"] => "cancel",
         ["threads", _, "runs", ..] => "runs",
         ["threads", _, "state", ..] => "state",
-        ["threads", _, "history"] => "history",
+        ["threads", _, "history"] | ["threads", _, "messages", "page"] => "history",
         ["threads", ..] => "threads",
         _ => "other",
     }
@@ -217,5 +219,9 @@ mod tests {
         assert_eq!(endpoint_of("/threads/t-1/state/c-1"), "state");
         assert_eq!(endpoint_of("/threads/search"), "threads");
         assert_eq!(endpoint_of("/store/items"), "other");
+        assert_eq!(endpoint_of("/api/threads/search"), "threads");
+        assert_eq!(endpoint_of("/api/threads/t-1/runs/r-1/stream"), "stream");
+        assert_eq!(endpoint_of("/api/threads/t-1/messages/page"), "history");
+        assert_eq!(endpoint_of("/apiary"), "other");
     }
 }

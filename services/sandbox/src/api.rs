@@ -277,6 +277,14 @@ impl sandbox_service_server::SandboxService for SandboxApi {
         }))
     }
 
+    async fn delete_file(&self, request: Request<DeleteFileRequest>) -> Result<Response<DeleteFileResponse>, Status> {
+        let user = self.user(&request)?;
+        let r = request.into_inner();
+        let path = path_or(&r.path, "path", None)?;
+        let out = self.sandboxes.delete_file(&user, &r.thread_id, path).await?;
+        Ok(Response::new(DeleteFileResponse { path: out.path, size_bytes: out.size_bytes }))
+    }
+
     async fn edit_file(&self, request: Request<EditFileRequest>) -> Result<Response<EditFileResponse>, Status> {
         let user = self.user(&request)?;
         let r = request.into_inner();

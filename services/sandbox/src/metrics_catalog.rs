@@ -5,7 +5,8 @@
 use antler_kit::metrics_catalog::{Catalogue, Family, Label};
 
 const PROVIDER: Label = Label::known("provider", &["local", "bwrap"]);
-const OPS: &[&str] = &["read", "write", "edit", "list", "glob", "grep", "download", "snapshot"];
+const FORMAT: Label = Label::known("format", &["pdf", "docx", "pptx", "xlsx", "html"]);
+const OPS: &[&str] = &["read", "write", "edit", "delete", "list", "glob", "grep", "download", "snapshot"];
 
 pub const CATALOGUE: Catalogue = &[
     Family::seconds("antler_sandbox_exec_seconds", "Command run time (ExecuteCommand), by provider and how the command ended.")

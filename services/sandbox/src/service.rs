@@ -252,6 +252,19 @@ impl Sandboxes {
         result
     }
 
+    /// DeleteFile (under the path's lock, like a write).
+    pub async fn delete_file(&self, user_id: &str, thread_id: &str, path: VirtualPath) -> Result<files::delete::Deleted> {
+        let sandbox = self.find(user_id, thread_id)?;
+        sandbox.require_active()?;
+        path.writable()?;
+        let _guard = sandbox.locks.lock(&path.display()).await;
+        let workspace = sandbox.workspace.clone();
+        let started = std::time::Instant::now();
+        let result = blocking(move || files::delete::delete(&workspace, &path)).await;
+        record("delete", &result, started);
+        result
+    }
+
     /// EditFile (read-modify-write under the path's lock).
     pub async fn edit_file(
         &self,

@@ -76,7 +76,9 @@ pub fn interrupts(state: &ThreadState) -> (Value, Value) {
     }
 }
 
-fn checkpoint_ref(thread_id: &str, checkpoint_id: &str) -> Value {
+/// LangGraph's checkpoint config: `{thread_id, checkpoint_ns, checkpoint_id, checkpoint_map}` (null
+/// for no checkpoint).
+pub fn checkpoint_ref(thread_id: &str, checkpoint_id: &str) -> Value {
     if checkpoint_id.is_empty() {
         return Value::Null;
     }

@@ -120,10 +120,15 @@ pub fn frame_ids(seq: u64, frames: usize) -> Vec<String> {
     (0..frames).map(|i| if i + 1 == frames { seq.to_string() } else { format!("{}.{i}", seq.saturating_sub(1)) }).collect()
 }
 
-/// Parses a `Last-Event-ID` written by [`frame_ids`].
+/// Parses a `Last-Event-ID` written by [`frame_ids`]. An id before the run's first event — `0`, or
+/// a negative one such as the `-1` with which the SDKs' `useStream` rejoins a run after a page
+/// reload — replays from the start, as LangGraph does.
 pub fn parse_last_event_id(value: &str) -> Result<Resume, String> {
     let value = value.trim();
-    let bad = || format!("`{value}` is not an event id this server sent (a run event seq, e.g. 42)");
+    let bad = || format!("`{value}` is not an event id this server sent (a run event seq, e.g. 42, or -1 for the start)");
+    if value.strip_prefix('-').is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
+        return Ok(Resume::default());
+    }
     match value.split_once('.') {
         None => Ok(Resume { after_seq: value.parse().map_err(|_| bad())?, skip: 0 }),
         Some((seq, k)) => {

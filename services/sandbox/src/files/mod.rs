@@ -3,6 +3,8 @@
 //! path from client input. They are blocking code: the API layer runs them on the blocking pool.
 
 pub mod clear;
+pub mod companion;
+pub mod delete;
 pub mod download;
 pub mod edit;
 pub mod glob;

@@ -1,8 +1,10 @@
-//! The routes: which LangGraph endpoints are served, and which answer 501 naming what is missing.
+//! The routes: which LangGraph endpoints are served (at the root and under `/api/`), and which
+//! answer 501 naming what is missing.
 
 pub mod runs;
 pub mod system;
 pub mod threads;
+pub mod ui;
 
 use std::sync::Arc;
 
@@ -52,8 +54,9 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("/a2a/{assistant_id}", "the A2A endpoint"),
 ];
 
-pub fn router(edge: Arc<Edge>) -> Router {
-    let mut router = Router::new()
+/// The LangGraph endpoints Antler serves (what both mounts share).
+fn served() -> Router<Arc<Edge>> {
+    Router::new()
         .route("/ok", get(system::ok))
         .route("/info", get(system::info))
         .route("/assistants/search", post(system::search_assistants).get(system::search_assistants))
@@ -74,12 +77,31 @@ pub fn router(edge: Arc<Edge>) -> Router {
         .route("/threads/{thread_id}/runs/{run_id}", get(runs::get).delete(runs::delete))
         .route("/threads/{thread_id}/runs/{run_id}/cancel", post(runs::cancel))
         .route("/threads/{thread_id}/runs/{run_id}/join", get(runs::join))
-        .route("/threads/{thread_id}/runs/{run_id}/stream", get(runs::join_stream));
+        .route("/threads/{thread_id}/runs/{run_id}/stream", get(runs::join_stream))
+}
+
+/// Where DeerFlow's same-origin deployment finds the LangGraph API: its Next.js rewrites send the
+/// SDK's calls (`/api/langgraph/*`) to the gateway's `/api/*`, where the gateway serves them.
+pub const API_PREFIX: &str = "/api";
+
+/// The LangGraph API at the root (the SDKs pointed at the edge, `NEXT_PUBLIC_LANGGRAPH_BASE_URL`)
+/// with the 501s naming what is missing, and again under [`API_PREFIX`] with the two gateway calls
+/// DeerFlow's UI makes beside it (`ui.rs`). The rest of `/api/` is DeerFlow's gateway's: its
+/// routes are mounted beside these (server.rs), and the 501 list stays at the root so that
+/// namespace is theirs.
+pub fn router(edge: Arc<Edge>) -> Router {
+    let mut root = served();
     for (path, capability) in UNSUPPORTED {
         let capability: &'static str = capability;
-        router = router.route(path, any(move || async move { ApiError::unsupported_endpoint(capability) }));
+        root = root.route(path, any(move || async move { ApiError::unsupported_endpoint(capability) }));
     }
-    router.fallback(|| async { ApiError::not_found("this path (it is not a LangGraph API endpoint Antler knows)") }).with_state(edge)
+    let api = served()
+        .route("/threads/{thread_id}/messages/page", get(ui::messages_page))
+        .route("/channels/providers", get(ui::channel_providers))
+        .route("/channels/connections", get(ui::channel_connections));
+    root.nest(API_PREFIX, api)
+        .fallback(|| async { ApiError::not_found("this path (it is not a LangGraph API endpoint Antler knows)") })
+        .with_state(edge)
 }
 
 async fn unsupported_assistant_change() -> ApiError {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use antler_proto::runs::{
     CreateThreadRequest, DeleteThreadRequest, GetThreadRequest, GetThreadStateRequest, ListThreadHistoryRequest, ListThreadsRequest,
-    ThreadState, ThreadStatus, UpdateThreadRequest,
+    SortOrder, Thread, ThreadSort, ThreadState, ThreadStatus, UpdateThreadRequest, UpdateThreadStateRequest,
 };
 use axum::Extension;
 use axum::body::Body;
@@ -153,7 +153,9 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// `POST /threads/search`: newest created first; `metadata` matches exactly, `status` filters.
+/// `POST /threads/search`: sorted by `sort_by` (`created_at`, the default, or `updated_at`) in
+/// `sort_order` (`desc`, the default, or `asc`); `metadata` and `values.title` match exactly, `status`
+/// filters, `ids` picks threads. Sorted, filtered and paged in the runs service's SQL.
 pub async fn search(
     State(edge): State<Arc<Edge>>,
     Extension(caller): Extension<Caller>,
@@ -173,26 +175,32 @@ pub async fn search(
     };
     let ids = string_list("ids", fields.take("ids"))?;
     let selected = string_list("select", fields.take("select"))?;
-    if fields.object("values")?.is_some_and(|v| !v.is_empty()) {
-        return Err(ApiError::unsupported_option("values", "threads are found by metadata, status or ids, not by state values"));
-    }
+    // Matched in the runs service, which can match `title` only (and names any other channel).
+    let values = fields.object("values")?.filter(|v| !v.is_empty());
     if fields.take("extract").is_some() {
         return Err(ApiError::unsupported_option("extract", "read the thread (GET /threads/{id}) for its state"));
     }
-    if fields
-        .choice("sort_by", &["thread_id", "status", "created_at", "updated_at", "state_updated_at"])?
-        .is_some_and(|s| s != "created_at")
-    {
-        return Err(ApiError::unsupported_option("sort_by", "threads are listed newest created first (sort_by=created_at)"));
-    }
-    if fields.choice("sort_order", &["asc", "desc"])?.is_some_and(|s| s != "desc") {
-        return Err(ApiError::unsupported_option("sort_order", "threads are listed newest created first (sort_order=desc)"));
-    }
+    let sort_by = match fields.choice("sort_by", &["thread_id", "status", "created_at", "updated_at", "state_updated_at"])?.as_deref() {
+        None | Some("created_at") => ThreadSort::CreatedAt,
+        // A thread's state changes with its runs, and so does updated_at: the two are one time here.
+        Some("updated_at" | "state_updated_at") => ThreadSort::UpdatedAt,
+        Some(other) => {
+            return Err(ApiError::unsupported_option("sort_by", format!("threads are sorted by created_at or updated_at, not by {other}")));
+        }
+    };
+    let order = match fields.choice("sort_order", &["asc", "desc"])?.as_deref() {
+        Some("asc") => SortOrder::Asc,
+        _ => SortOrder::Desc,
+    };
     fields.finish("a thread search")?;
 
     let mut found = Vec::new();
     if !ids.is_empty() {
-        for id in ids.iter().skip(offset).take(limit) {
+        // Each id is one GetThread: the list is bounded like a page.
+        if ids.len() > edge.config.max_page as usize {
+            return Err(ApiError::invalid("ids", format!("{} ids; at most {} (edge.max_page)", ids.len(), edge.config.max_page)));
+        }
+        for id in &ids {
             match edge.threads().get_thread(edge.grpc(&caller, GetThreadRequest { thread_id: id.clone() })).await {
                 Ok(reply) => found.extend(reply.into_inner().thread),
                 Err(status) if status.code() == tonic::Code::NotFound => {}
@@ -200,18 +208,41 @@ pub async fn search(
             }
         }
         let wanted = metadata.clone().unwrap_or_default();
+        let title = match values.as_ref().map(|v| v.iter().next()) {
+            None => None,
+            Some(Some((key, Value::String(title)))) if key == "title" && values.as_ref().is_some_and(|v| v.len() == 1) => {
+                Some(title.clone())
+            }
+            Some(_) => {
+                return Err(ApiError::unsupported_option("values", "threads can be matched on the `title` channel only"));
+            }
+        };
         found.retain(|t| {
             let meta = t.metadata.as_ref().map(antler_kit::json::struct_to_json).unwrap_or_default();
-            (status == ThreadStatus::Unspecified || t.status == status as i32) && wanted.iter().all(|(k, v)| meta.get(k) == Some(v))
+            (status == ThreadStatus::Unspecified || t.status == status as i32)
+                && wanted.iter().all(|(k, v)| meta.get(k) == Some(v))
+                && title.as_ref().is_none_or(|title| &t.title == title)
         });
+        let key = |t: &Thread| {
+            let at = if sort_by == ThreadSort::UpdatedAt { t.updated_at.as_ref() } else { t.created_at.as_ref() };
+            (at.map(|a| (a.seconds, a.nanos)), t.thread_id.clone())
+        };
+        found.sort_by_key(key);
+        if order == SortOrder::Desc {
+            found.reverse();
+        }
+        found = found.into_iter().skip(offset).take(limit).collect();
     } else {
-        let (edge_ref, caller_ref, metadata_ref) = (&edge, &caller, &metadata);
+        let (edge_ref, caller_ref, metadata_ref, values_ref) = (&edge, &caller, &metadata, &values);
         found = crate::langgraph::paging::window(offset, limit, move |page| async move {
             let request = ListThreadsRequest {
                 metadata: metadata_ref.clone().map(struct_of),
                 status: status as i32,
                 page: Some(page),
                 include_values: true,
+                sort_by: sort_by as i32,
+                sort_order: order as i32,
+                values: values_ref.clone().map(struct_of),
             };
             let reply = edge_ref.threads().list_threads(edge_ref.grpc(caller_ref, request)).await?.into_inner();
             Ok((reply.threads, reply.page.map(|p| p.next_page_token).unwrap_or_default()))
@@ -268,9 +299,45 @@ pub async fn state_at_checkpoint(
     Ok(json_response(&select(convert::state(&thread_id, state.checkpoint.as_ref(), Value::Array(Vec::new())), &selected)))
 }
 
-/// `POST /threads/{thread_id}/state`: not served.
-pub async fn update_state() -> ApiError {
-    ApiError::unsupported_endpoint("updating a thread's state directly: it changes only through runs (POST /threads/{id}/runs)")
+/// `POST /threads/{thread_id}/state` (`threads.updateState`): UpdateThreadState — a new checkpoint
+/// with `values` applied (the runs service writes `title`, and names any other channel it cannot),
+/// on the head or on `checkpoint` / `checkpoint_id`. 409 while a run is active on the thread.
+pub async fn update_state(
+    State(edge): State<Arc<Edge>>,
+    Extension(caller): Extension<Caller>,
+    Path(thread_id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let mut fields = Fields::parse(&read_body(&headers, body, edge.config.max_body_bytes).await?)?;
+    let values = match fields.take("values") {
+        Some(Value::Object(map)) => map,
+        Some(Value::Array(_)) => {
+            return Err(ApiError::unsupported_option("values", "a list of updates (one per node) needs graph nodes; send one object"));
+        }
+        Some(_) => return Err(ApiError::invalid("values", "must be an object of channels, e.g. {\"title\": \"…\"}")),
+        None => return Err(ApiError::invalid("values", "is required, e.g. {\"title\": \"…\"}")),
+    };
+    let named = checkpoint_id_of(&mut fields, "checkpoint", &thread_id)?;
+    let checkpoint_id = match (fields.string("checkpoint_id")?, named) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ApiError::invalid("checkpoint_id", "names another checkpoint than checkpoint.checkpoint_id"));
+        }
+        (a, b) => a.or(b).unwrap_or_default(),
+    };
+    if let Some(node) = fields.string("as_node")? {
+        return Err(ApiError::unsupported_option(
+            "as_node",
+            format!(
+                "Antler's agent is a loop without graph nodes to attribute `{node}` to; leave as_node out (the update is recorded with source `update`)"
+            ),
+        ));
+    }
+    fields.finish("a state update")?;
+    let request = UpdateThreadStateRequest { thread_id: thread_id.clone(), values: Some(struct_of(values)), checkpoint_id };
+    let reply = edge.threads().update_thread_state(edge.grpc(&caller, request)).await?.into_inner();
+    let checkpoint = reply.checkpoint.ok_or_else(|| ApiError::internal("UpdateThreadState answered without a checkpoint"))?;
+    Ok(json_response(&serde_json::json!({ "checkpoint": convert::checkpoint_ref(&thread_id, &checkpoint.checkpoint_id) })))
 }
 
 /// A checkpoint named by `key`: an id, `{checkpoint_id}` or `{configurable: {checkpoint_id}}`.

@@ -242,6 +242,10 @@ fn frame_ids_resume_between_frames_of_one_event() {
     assert_eq!(parse_last_event_id("6.1"), Ok(Resume { after_seq: 6, skip: 2 }));
     assert!(parse_last_event_id("1700000000000-0").is_err(), "LangGraph's own ids are not ours");
     assert!(parse_last_event_id("x.1").is_err());
+    // useStream rejoins after a page reload with -1: from the run's first event, as LangGraph does.
+    assert_eq!(parse_last_event_id("-1"), Ok(Resume::default()));
+    assert_eq!(parse_last_event_id("0"), Ok(Resume::default()));
+    assert!(parse_last_event_id("-").is_err() && parse_last_event_id("-1.0").is_err());
 }
 
 #[test]
