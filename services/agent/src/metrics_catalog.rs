@@ -14,6 +14,30 @@ pub const CATALOGUE: Catalogue = &[
         Label::runtime("server", "a server name from the MCP configuration, known when a run first calls one of its tools"),
         Label::known("outcome", &["ok", "tool_error", "rpc_error"]),
     ]),
+    Family::seconds("antler_agent_web_call_seconds", "The web tools' calls (search, fetch and conversion), by tool, provider and outcome.")
+        .labels(&[
+            Label::known("tool", &["web_search", "web_fetch", "image_search"]),
+            Label::runtime("provider", "the configured provider: searxng, tavily, brave, serper, exa, firecrawl, jina or direct"),
+            Label::known("outcome", &["ok", "error", "refused"]),
+        ]),
+    Family::counter("antler_agent_web_fetch_refused_total", "web_fetch URLs refused by the SSRF rules, by the rule they broke.").labels(&[
+        Label::known(
+            "rule",
+            &[
+                "scheme",
+                "port",
+                "loopback",
+                "private",
+                "link-local",
+                "cgnat",
+                "multicast",
+                "unspecified",
+                "broadcast",
+                "reserved",
+                "unresolvable",
+            ],
+        ),
+    ]),
     Family::counter("antler_subagent_tasks_total", "Subagent tasks (the task tool) by how they ended.")
         .labels(&[Label::known("status", &["completed", "timed_out", "cancelled", "failed"])]),
 ];

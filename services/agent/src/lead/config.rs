@@ -22,6 +22,8 @@ pub struct LeadConfig {
     /// What a run whose final answer was cut at the model's output limit (finish reason `length`,
     /// no tool calls) ends as.
     pub truncated_answer: TruncatedAnswer,
+    /// The web tools (`web_search`, `web_fetch`, `image_search`); each is off until its block is set.
+    pub web: super::tools::web::config::WebConfig,
 }
 
 /// `runs.lead.truncated_answer`: a final answer the model could not finish is not a success by
@@ -372,6 +374,7 @@ impl LeadConfig {
         check_range("runs.lead.loop_detection.tool_freq_warn", l.tool_freq_warn.into(), 1, 100_000)?;
         check_range("runs.lead.loop_detection.tool_freq_hard_limit", l.tool_freq_hard_limit.into(), l.tool_freq_warn.into(), 100_000)?;
         self.subagents.validate()?;
+        self.web.validate()?;
         Ok(())
     }
 }

@@ -102,8 +102,10 @@ impl AgentFactory for LeadFactory {
         let start_failed = |message: String| RunError { code: "start_failed".to_owned(), message, retryable: false, details: None };
         let pipeline = self.pipeline(spec).map_err(|e| start_failed(format!("the lead agent's middleware pipeline is invalid: {e}")))?;
         let mut tools = ToolSet::builtin(plan_mode);
+        tools.add_web(&self.config.web).map_err(|e| start_failed(format!("the web tools (runs.lead.web) cannot be built: {e}")))?;
         let mut base =
             if self.config.system_prompt.is_empty() { prompt::SYSTEM_PROMPT.to_owned() } else { self.config.system_prompt.clone() };
+        let mut builtin_prompt = self.config.system_prompt.is_empty();
         let mut caller = "lead_agent".to_owned();
         let mut subagent = None;
         if let Some(task) = &spec.request.subagent {
@@ -114,11 +116,15 @@ impl AgentFactory for LeadFactory {
                 )));
             };
             base = if def.system_prompt.is_empty() { subagents::SUBAGENT_PROMPT.to_owned() } else { def.system_prompt.clone() };
+            builtin_prompt = def.system_prompt.is_empty();
             caller = format!("subagent:{}", task.subagent_type);
             tools.retain(|name| def.allows(name));
             subagent = Some(def);
         } else if self.delegates(spec) {
             tools.extend([Arc::new(tools::task::Task::new(self.config.subagents.registry())) as Arc<dyn tools::Tool>]);
+        }
+        if builtin_prompt && (tools.get("web_search").is_some() || tools.get("web_fetch").is_some()) {
+            base.push_str(prompt::WEB_RESEARCH);
         }
         let system_prompt = prompt::with_context(base, spec.request.config.as_ref().and_then(|c| c.context.as_ref()));
         Ok(Box::new(LeadAgent {

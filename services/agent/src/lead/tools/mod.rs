@@ -9,6 +9,7 @@ pub mod ask_clarification;
 pub mod bash;
 pub mod glob;
 pub mod grep;
+pub mod image_search;
 pub mod ls;
 pub mod mcp;
 pub mod present_files;
@@ -17,6 +18,9 @@ pub mod str_replace;
 pub mod task;
 pub mod tool_search;
 pub mod view_image;
+pub mod web;
+pub mod web_fetch;
+pub mod web_search;
 pub mod write_file;
 pub mod write_todos;
 
@@ -153,6 +157,13 @@ impl ToolSet {
             set.tools.push(Arc::new(write_todos::WriteTodos));
         }
         set
+    }
+
+    /// Adds the web tools `runs.lead.web` switches on (`web_search`, `web_fetch`, `image_search`),
+    /// after the built-ins; their HTTP clients are built once per configuration and shared by runs.
+    pub fn add_web(&mut self, config: &web::config::WebConfig) -> Result<(), web::BuildError> {
+        self.extend(web::tools(config)?);
+        Ok(())
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {

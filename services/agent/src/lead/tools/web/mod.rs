@@ -1,0 +1,186 @@
+//! The web tools' machinery (`runs.lead.web`): providers (`providers/`, one file each), the direct
+//! fetcher (`direct.rs`) and what it may connect to (`ssrf.rs`), HTML to Markdown (`convert.rs`),
+//! provider HTTP (`http.rs`), the settings (`config.rs`) and DeerFlow's `tools:` entries mapped onto
+//! them (`deerflow.rs`). The tools themselves are `tools/web_search.rs`, `tools/web_fetch.rs` and
+//! `tools/image_search.rs`.
+//!
+//! All three are read-only as far as the run's journal is concerned: a search or a GET changes
+//! nothing, so a call repeated after a crash is harmless and none of them writes an intent. (An image
+//! or PDF that `web_fetch` saves into the workspace is written under a name derived from its URL, so
+//! a repeat writes the same file again.)
+
+pub mod config;
+pub mod convert;
+pub mod deerflow;
+pub mod direct;
+pub mod http;
+pub mod providers;
+pub mod ssrf;
+
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use self::config::{FetchProviderKind, ImageProviderKind, SearchProviderKind, WebConfig, resolve_key};
+use self::http::Endpoint;
+use self::providers::{FetchProvider, SearchProvider};
+use super::Tool;
+
+/// Why the web tools could not be built (a configuration that passed validation only fails here
+/// when an environment variable it relied on went away, or TLS roots cannot be loaded).
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Config(#[from] antler_kit::config::ConfigError),
+    #[error("cannot build the web tools' HTTP client: {0}")]
+    Client(String),
+}
+
+/// How `web_fetch` gets pages.
+#[derive(Debug)]
+pub enum Fetcher {
+    Direct(direct::DirectFetcher),
+    /// A reader service; `policy` still judges the URL (and what its name resolves to) before the
+    /// service is asked, since a self-hosted reader sits inside the network it could reach into.
+    Reader {
+        provider: Arc<dyn FetchProvider>,
+        policy: Arc<ssrf::Policy>,
+    },
+}
+
+/// The provider client: plain reqwest (HTTPS_PROXY and the like from the environment apply), no SSRF
+/// checks — a provider's address is the operator's choice (SearXNG usually lives on the same host).
+fn provider_client(timeout_ms: u64) -> Result<reqwest::Client, BuildError> {
+    reqwest::Client::builder()
+        .user_agent(concat!("Antler/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(Duration::from_millis(timeout_ms))
+        .build()
+        .map_err(|e| BuildError::Client(http::chain(&e)))
+}
+
+/// Registers a configured key with the process's redactor, so no event, log line or status can carry
+/// it out even when a provider echoes it back.
+fn register_key(key: &Option<String>) {
+    if let Some(key) = key {
+        antler_kit::redact::register_static(key);
+    }
+}
+
+fn endpoint(
+    client: reqwest::Client,
+    provider: &'static str,
+    base_url: &str,
+    key: Option<String>,
+    timeout_ms: u64,
+    setting: &'static str,
+) -> Endpoint {
+    register_key(&key);
+    Endpoint { client, provider, base_url: base_url.to_owned(), key, timeout: Duration::from_millis(timeout_ms), setting }
+}
+
+/// The web tools a configuration switches on, in the order the model sees them.
+pub fn build(config: &WebConfig, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    if let Some(search) = &config.search {
+        const SETTING: &str = "runs.lead.web.search";
+        let kind = search.provider;
+        let key = resolve_key(SETTING, kind.name(), &search.api_key, kind.key_env(), kind.key_env().is_some(), lookup)?;
+        let endpoint = endpoint(provider_client(search.timeout_ms)?, kind.name(), search.base_url(), key, search.timeout_ms, SETTING);
+        let provider: Arc<dyn SearchProvider> = match kind {
+            SearchProviderKind::Searxng => Arc::new(providers::searxng::Searxng { endpoint, safesearch: None }),
+            SearchProviderKind::Tavily => Arc::new(providers::tavily::Tavily { endpoint }),
+            SearchProviderKind::Brave => Arc::new(providers::brave::Brave { endpoint, image_params: Vec::new() }),
+            SearchProviderKind::Serper => Arc::new(providers::serper::Serper { endpoint }),
+            SearchProviderKind::Exa => Arc::new(providers::exa::Exa {
+                endpoint,
+                search_type: search.search_type.clone().unwrap_or_else(|| "auto".to_owned()),
+                highlight_chars: search.contents_max_characters.unwrap_or(1000),
+            }),
+            SearchProviderKind::Firecrawl => Arc::new(providers::firecrawl::Firecrawl { endpoint }),
+        };
+        tools.push(Arc::new(super::web_search::WebSearch { provider, max_results: search.max_results }));
+    }
+    if let Some(fetch) = &config.fetch {
+        const SETTING: &str = "runs.lead.web.fetch";
+        let kind = fetch.provider;
+        let key = resolve_key(SETTING, kind.name(), &fetch.api_key, kind.key_env(), kind == FetchProviderKind::Firecrawl, lookup)?;
+        let fetcher = match kind {
+            FetchProviderKind::Direct => {
+                Fetcher::Direct(direct::DirectFetcher::new(fetch).map_err(|e| BuildError::Client(http::chain(&e)))?)
+            }
+            FetchProviderKind::Jina | FetchProviderKind::Firecrawl => {
+                let endpoint = endpoint(provider_client(fetch.timeout_ms)?, kind.name(), fetch.base_url(), key, fetch.timeout_ms, SETTING);
+                let provider: Arc<dyn FetchProvider> = if kind == FetchProviderKind::Jina {
+                    Arc::new(providers::jina::Jina { endpoint })
+                } else {
+                    Arc::new(providers::firecrawl::Firecrawl { endpoint })
+                };
+                Fetcher::Reader { provider, policy: Arc::new(ssrf::Policy::new(&fetch.ports, &fetch.allow_hosts, &fetch.allow_cidrs)) }
+            }
+        };
+        tools.push(Arc::new(super::web_fetch::WebFetch { fetcher, cut_chars: fetch.cut_chars as usize, max_bytes: fetch.max_bytes }));
+    }
+    if let Some(images) = &config.image_search {
+        const SETTING: &str = "runs.lead.web.image_search";
+        let kind = images.provider;
+        let search_kind = kind.as_search();
+        let key = resolve_key(SETTING, kind.name(), &images.api_key, search_kind.key_env(), search_kind.key_env().is_some(), lookup)?;
+        let endpoint = endpoint(provider_client(images.timeout_ms)?, kind.name(), images.base_url(), key, images.timeout_ms, SETTING);
+        let provider: Arc<dyn SearchProvider> = match kind {
+            ImageProviderKind::Searxng => Arc::new(providers::searxng::Searxng {
+                endpoint,
+                safesearch: images.safesearch.as_deref().map(|level| match level {
+                    "off" => "0",
+                    "moderate" => "1",
+                    _ => "2",
+                }),
+            }),
+            ImageProviderKind::Brave => {
+                let mut image_params = Vec::new();
+                for (name, value) in [
+                    ("country", images.country.clone()),
+                    ("search_lang", images.search_lang.clone()),
+                    ("safesearch", images.safesearch.clone()),
+                    ("spellcheck", images.spellcheck.map(|b| b.to_string())),
+                ] {
+                    if let Some(value) = value {
+                        image_params.push((name, value));
+                    }
+                }
+                Arc::new(providers::brave::Brave { endpoint, image_params })
+            }
+            ImageProviderKind::Serper => Arc::new(providers::serper::Serper { endpoint }),
+        };
+        tools.push(Arc::new(super::image_search::ImageSearch { provider, max_results: images.max_results }));
+    }
+    Ok(tools)
+}
+
+/// Configurations whose tools were built, newest last: a run reuses its configuration's clients (and
+/// their connection pools) instead of building them again. A reload that changes `runs.lead.web`
+/// gets new ones; a few old ones are kept for runs of other configurations in the same process.
+type Built = Vec<(WebConfig, Vec<Arc<dyn Tool>>)>;
+static BUILT: LazyLock<Mutex<Built>> = LazyLock::new(Default::default);
+const KEPT: usize = 4;
+
+/// [`build`] on the process environment, cached per configuration.
+pub fn tools(config: &WebConfig) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
+    if config == &WebConfig::default() {
+        return Ok(Vec::new());
+    }
+    {
+        let built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, tools)) = built.iter().find(|(c, _)| c == config) {
+            return Ok(tools.clone());
+        }
+    }
+    // Built outside the lock: loading TLS roots takes milliseconds, and two runs racing here only
+    // build twice.
+    let tools = build(config, &|name| std::env::var(name).ok())?;
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    built.retain(|(c, _)| c != config);
+    built.push((config.clone(), tools.clone()));
+    if built.len() > KEPT {
+        built.remove(0);
+    }
+    Ok(tools)
+}
