@@ -366,6 +366,17 @@ impl RunService for RunApi {
         Ok(Response::new(SubmitFeedbackResponse { feedback: Some(feedback), created }))
     }
 
+    async fn delete_feedback(&self, request: Request<DeleteFeedbackRequest>) -> Result<Response<DeleteFeedbackResponse>, Status> {
+        let user = Identity::of(&request)?.user_id.clone();
+        let req = request.into_inner();
+        antler_kit::status::required("run_id", &req.run_id)?;
+        let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
+        let tx = self.engine.store.tx().await.map_err(RunsError::from)?;
+        let removed = feedback::Entity::delete_by_id((run.run_id, user)).exec(&*tx).await.map_err(RunsError::from)?;
+        tx.commit().await.map_err(RunsError::from)?;
+        Ok(Response::new(DeleteFeedbackResponse { deleted: removed.rows_affected > 0 }))
+    }
+
     async fn get_token_usage(&self, request: Request<GetTokenUsageRequest>) -> Result<Response<GetTokenUsageResponse>, Status> {
         let ctx = identity(&request)?;
         let user = ctx.identity.user_id.clone();
