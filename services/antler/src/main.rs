@@ -225,6 +225,8 @@ fn spawn_demo(serve: &ServeArgs) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    // The sandbox's document converter runs as a child of this executable: convert stdin and exit.
+    antler_sandbox::convert::worker::run_if_requested();
     cli::exit(run(Cli::parse()).await)
 }
 

@@ -397,6 +397,7 @@ impl sandbox_service_server::SandboxService for SandboxApi {
             Some(UploadFilesRequest { payload: Some(upload_files_request::Payload::Header(header)) }) => header,
             _ => return Err(SandboxError::invalid("header", "the first message must be the header").into()),
         };
+        let convert_documents = header.convert_documents;
         let specs = header
             .files
             .into_iter()
@@ -414,19 +415,36 @@ impl sandbox_service_server::SandboxService for SandboxApi {
         let outcome = tokio::task::spawn_blocking(move || upload.finish()).await.map_err(|e| Status::internal(e.to_string()))??;
         tracing::info!(sandbox_id = %sandbox.id, stored = outcome.files.len(), skipped = outcome.skipped.len(), "upload stored");
         metrics::counter!("antler_sandbox_uploaded_files_total").increment(outcome.files.len() as u64);
+        // The files are in place: a conversion that fails only leaves its own file without Markdown.
+        let conversions = if convert_documents {
+            self.sandboxes.convert_uploads(&sandbox, &outcome.files).await
+        } else {
+            vec![None; outcome.files.len()]
+        };
         Ok(Response::new(UploadFilesResponse {
             files: outcome
                 .files
                 .into_iter()
-                .map(|f| UploadedFile {
-                    index: f.index,
-                    original_filename: f.original_filename,
-                    filename: f.filename,
-                    virtual_path: f.virtual_path,
-                    size_bytes: f.size_bytes,
-                    sha256: f.sha256,
-                    markdown: None,
-                    conversion_error: String::new(),
+                .zip(conversions)
+                .map(|(f, conversion)| {
+                    let (markdown, conversion_error) = match conversion {
+                        None => (None, String::new()),
+                        Some(Ok(c)) => (
+                            Some(MarkdownCompanion { filename: c.filename, virtual_path: c.virtual_path, size_bytes: c.size_bytes }),
+                            String::new(),
+                        ),
+                        Some(Err(why)) => (None, why),
+                    };
+                    UploadedFile {
+                        index: f.index,
+                        original_filename: f.original_filename,
+                        filename: f.filename,
+                        virtual_path: f.virtual_path,
+                        size_bytes: f.size_bytes,
+                        sha256: f.sha256,
+                        markdown,
+                        conversion_error,
+                    }
                 })
                 .collect(),
             skipped: outcome
@@ -434,6 +452,21 @@ impl sandbox_service_server::SandboxService for SandboxApi {
                 .into_iter()
                 .map(|s| SkippedUpload { index: s.index, original_filename: s.original_filename, reason: s.reason })
                 .collect(),
+        }))
+    }
+
+    async fn convert_document(&self, request: Request<ConvertDocumentRequest>) -> Result<Response<ConvertDocumentResponse>, Status> {
+        let user = self.user(&request)?;
+        let r = request.into_inner();
+        let path = path_or(&r.path, "path", None)?;
+        let (companion, format) = self.sandboxes.convert_document(&user, &r.thread_id, path).await?;
+        Ok(Response::new(ConvertDocumentResponse {
+            markdown: Some(MarkdownCompanion {
+                filename: companion.filename,
+                virtual_path: companion.virtual_path,
+                size_bytes: companion.size_bytes,
+            }),
+            format: format.label().to_owned(),
         }))
     }
 

@@ -227,11 +227,92 @@ pub struct UploadsConfig {
     pub max_file_bytes: u64,
     /// Largest total of one call, in bytes.
     pub max_total_bytes: u64,
+    /// Honour UploadFiles' `convert_documents`: write a Markdown companion of each PDF, DOCX, PPTX,
+    /// XLSX and HTML upload. On by default (DeerFlow's `uploads.auto_convert_documents` is off because
+    /// it parses on the gateway host; here every conversion runs in an isolated, killable child).
+    /// Off: the request field is ignored and ConvertDocument answers FAILED_PRECONDITION.
+    pub auto_convert_documents: bool,
+    /// How documents are converted.
+    pub convert: ConvertConfig,
 }
 
 impl Default for UploadsConfig {
     fn default() -> Self {
-        Self { max_files: 10, max_file_bytes: 50 * MIB, max_total_bytes: 100 * MIB }
+        Self {
+            max_files: 10,
+            max_file_bytes: 50 * MIB,
+            max_total_bytes: 100 * MIB,
+            auto_convert_documents: true,
+            convert: ConvertConfig::default(),
+        }
+    }
+}
+
+/// `sandbox.uploads.convert`: the isolation and the limits of one conversion (see `src/convert`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConvertConfig {
+    /// Where the converter runs: `auto` (under bwrap when commands do and bwrap can start the converter
+    /// here, else `process`), `bwrap` (always; an unusable bwrap makes every conversion fail with the
+    /// reason), or `process` (a plain child process with the same rlimits and timeout, no namespaces).
+    pub isolation: ConvertIsolation,
+    /// The executable started as the converter (with a marker argument). Empty: this service's own
+    /// executable, which is what `antler` and `antler-sandbox` are built for.
+    pub program: PathBuf,
+    /// Wall-clock limit of one conversion, in seconds; then the converter is killed.
+    pub timeout_secs: u64,
+    /// Conversions running at once in this process; more wait for a slot.
+    pub max_concurrent: u64,
+    /// Largest file converted, in bytes; a larger upload is stored without Markdown.
+    pub max_input_bytes: u64,
+    /// Markdown kept per document, in bytes; the rest is cut with a marker line.
+    pub max_output_bytes: u64,
+    /// Address space of the converter process, in bytes (RLIMIT_AS).
+    pub max_memory_bytes: u64,
+    /// Most entries in a DOCX/PPTX/XLSX zip container.
+    pub max_zip_entries: u64,
+    /// Largest decompressed size of one part read: a zip entry or a PDF stream, in bytes.
+    pub max_inflated_part_bytes: u64,
+    /// Largest decompressed total of a container (declared sizes, and bytes really inflated), in bytes.
+    pub max_inflated_total_bytes: u64,
+}
+
+impl Default for ConvertConfig {
+    fn default() -> Self {
+        Self {
+            isolation: ConvertIsolation::Auto,
+            program: PathBuf::new(),
+            timeout_secs: 60,
+            max_concurrent: 2,
+            max_input_bytes: 50 * MIB,
+            max_output_bytes: 16 * MIB,
+            max_memory_bytes: GIB,
+            max_zip_entries: 10_000,
+            max_inflated_part_bytes: 128 * MIB,
+            max_inflated_total_bytes: 256 * MIB,
+        }
+    }
+}
+
+/// `sandbox.uploads.convert.isolation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConvertIsolation {
+    Auto,
+    Bwrap,
+    Process,
+}
+
+impl ConvertConfig {
+    /// The bounds one conversion runs under.
+    pub fn limits(&self) -> crate::convert::Limits {
+        crate::convert::Limits {
+            max_input_bytes: self.max_input_bytes,
+            max_output_bytes: self.max_output_bytes,
+            max_zip_entries: self.max_zip_entries,
+            max_inflated_part_bytes: self.max_inflated_part_bytes,
+            max_inflated_total_bytes: self.max_inflated_total_bytes,
+        }
     }
 }
 
@@ -388,6 +469,21 @@ impl SandboxConfig {
         check_range("sandbox.uploads.max_files", u.max_files, 1, 10_000)?;
         check_range("sandbox.uploads.max_file_bytes", u.max_file_bytes, 1, 64 * GIB)?;
         check_range("sandbox.uploads.max_total_bytes", u.max_total_bytes, u.max_file_bytes, 256 * GIB)?;
+        let v = &u.convert;
+        if !v.program.as_os_str().is_empty() && !v.program.is_absolute() {
+            return Err(ConfigError::Invalid {
+                path: "sandbox.uploads.convert.program".to_owned(),
+                message: format!("`{}` must be an absolute path (or empty for this service's own executable)", v.program.display()),
+            });
+        }
+        check_range("sandbox.uploads.convert.timeout_secs", v.timeout_secs, 1, 3600)?;
+        check_range("sandbox.uploads.convert.max_concurrent", v.max_concurrent, 1, 256)?;
+        check_range("sandbox.uploads.convert.max_input_bytes", v.max_input_bytes, KIB, 16 * GIB)?;
+        check_range("sandbox.uploads.convert.max_output_bytes", v.max_output_bytes, KIB, GIB)?;
+        check_range("sandbox.uploads.convert.max_memory_bytes", v.max_memory_bytes, 256 * MIB, 1 << 50)?;
+        check_range("sandbox.uploads.convert.max_zip_entries", v.max_zip_entries, 1, 1_000_000)?;
+        check_range("sandbox.uploads.convert.max_inflated_part_bytes", v.max_inflated_part_bytes, KIB, 64 * GIB)?;
+        check_range("sandbox.uploads.convert.max_inflated_total_bytes", v.max_inflated_total_bytes, v.max_inflated_part_bytes, 256 * GIB)?;
 
         let b = &self.bwrap;
         if !b.path.is_empty() && !b.path.starts_with('/') {
@@ -461,6 +557,9 @@ mod tests {
         assert_eq!((c.files.grep_default_results, c.files.grep_max_results), (100, 500));
         assert_eq!(c.files.download_max_bytes, 100 * MIB);
         assert_eq!((c.uploads.max_files, c.uploads.max_file_bytes, c.uploads.max_total_bytes), (10, 50 * MIB, 100 * MIB));
+        assert!(c.uploads.auto_convert_documents);
+        assert_eq!(c.uploads.convert.isolation, ConvertIsolation::Auto);
+        assert_eq!((c.uploads.convert.timeout_secs, c.uploads.convert.max_input_bytes), (60, 50 * MIB));
         assert!(!c.bwrap.network);
         Ok(())
     }

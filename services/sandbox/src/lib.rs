@@ -12,6 +12,7 @@
 
 pub mod api;
 pub mod config;
+pub mod convert;
 pub mod error;
 pub mod exec;
 pub mod fence;
@@ -89,5 +90,29 @@ pub fn build(config: &antler_kit::Config, shutdown: tokio_util::sync::Cancellati
         "false"
     };
     metrics::gauge!("antler_sandbox_provider", "provider" => provider, "fallback" => fallback).set(1.0);
-    Ok(Arc::new(service::Sandboxes::new(sandbox_config, selection, shutdown)))
+    let converter =
+        start_converter(&sandbox_config, selection.provider.kind() == providers::ProviderKind::Bwrap && selection.unusable.is_none());
+    Ok(Arc::new(service::Sandboxes::new(sandbox_config, selection, shutdown).with_converter(converter)))
+}
+
+/// Starts document conversion (probing the converter, so a broken setup shows at start-up) and logs how
+/// it runs. Blocking; needs a Tokio runtime (the probe runs the converter).
+fn start_converter(config: &config::SandboxConfig, bwrap_commands: bool) -> convert::launch::Converter {
+    let convert = &config.uploads.convert;
+    if !config.uploads.auto_convert_documents {
+        tracing::info!("document conversion is off (sandbox.uploads.auto_convert_documents: false)");
+        return convert::launch::Converter::disabled(
+            convert,
+            "document conversion is switched off (sandbox.uploads.auto_convert_documents: false)",
+        );
+    }
+    let (converter, reason) = convert::launch::Converter::start(convert, &config.bwrap, bwrap_commands);
+    match converter.unusable() {
+        Some(_) => tracing::error!(reason = %reason, "document conversion cannot run here: uploads are stored without Markdown"),
+        None if converter.mode() == "process" && bwrap_commands => {
+            tracing::warn!(isolation = converter.mode(), reason = %reason, "document conversion ready (fallback)")
+        }
+        None => tracing::info!(isolation = converter.mode(), reason = %reason, "document conversion ready"),
+    }
+    converter
 }

@@ -39,6 +39,19 @@ pub const CATALOGUE: Catalogue = &[
     ),
     Family::gauge("antler_sandbox_live", "Sandboxes held in memory now."),
     Family::counter("antler_sandbox_uploaded_files_total", "Files stored by UploadFiles."),
+    Family::counter("antler_sandbox_conversions_total", "Document conversions (uploads and ConvertDocument), by format and outcome.")
+        .labels(&[
+            FORMAT,
+            Label::known(
+                "outcome",
+                &["ok", "unsupported", "encrypted", "broken", "too_large", "timeout", "out_of_memory", "crashed", "unavailable"],
+            ),
+        ]),
+    Family::seconds(
+        "antler_sandbox_conversion_seconds",
+        "Time one document conversion took (the converter process, start to exit), by format.",
+    )
+    .labels(&[FORMAT]),
     Family::counter("antler_sandbox_fenced_calls_total", "Calls refused because a higher attempt of their run took over."),
     Family::counter("antler_sandbox_resolve_fallbacks_total", "Paths resolved in user space after openat2 kept answering EAGAIN."),
     Family::gauge(

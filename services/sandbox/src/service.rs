@@ -8,10 +8,13 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::SandboxConfig;
+use crate::convert::launch::{ConvertError, Converter};
+use crate::convert::{Detected, Format};
 use crate::error::{Result, SandboxError};
 use crate::exec::{ExecEvent, ExecSpec, Runner};
 use crate::fence::{Admitted, Fence, Fences};
 use crate::files;
+use crate::files::companion::Companion;
 use crate::ids;
 use crate::mask::Masker;
 use crate::paths::{Root, VirtualPath};
@@ -29,6 +32,8 @@ pub struct Sandboxes {
     /// The highest attempt seen per run (see [`crate::fence`]).
     fences: Fences,
     skills: Arc<crate::skills::library::Library>,
+    /// Document conversion (uploads and ConvertDocument).
+    converter: Arc<Converter>,
 }
 
 /// Runs blocking filesystem work on the blocking pool.
@@ -48,8 +53,19 @@ impl Sandboxes {
             provider: selection.provider,
             unusable: selection.unusable,
             fences: Fences::new(Duration::from_secs(config.fence_retention_secs)),
+            converter: Arc::new(Converter::disabled(&config.uploads.convert, "document conversion was not started in this process")),
             config,
         }
+    }
+
+    /// Uses `converter` for uploads and ConvertDocument (see [`crate::build`]).
+    pub fn with_converter(mut self, converter: Converter) -> Self {
+        self.converter = Arc::new(converter);
+        self
+    }
+
+    pub fn converter(&self) -> &Converter {
+        &self.converter
     }
 
     pub fn config(&self) -> &SandboxConfig {
@@ -385,6 +401,82 @@ impl Sandboxes {
         Ok((sandbox, upload))
     }
 
+    /// Converts the documents an upload just stored (with `convert_documents`): one entry per stored
+    /// file, None for files that are not documents, else the companion or why there is none. Files
+    /// convert concurrently, up to `sandbox.uploads.convert.max_concurrent` at once in this process.
+    pub async fn convert_uploads(
+        &self,
+        sandbox: &Arc<Sandbox>,
+        stored: &[files::upload::Stored],
+    ) -> Vec<Option<std::result::Result<Companion, String>>> {
+        if !self.config.uploads.auto_convert_documents {
+            return vec![None; stored.len()];
+        }
+        let conversions = stored.iter().map(|file| async move {
+            match crate::convert::detect(&file.filename) {
+                Detected::NotADocument => None,
+                Detected::Unsupported(why) => Some(Err(why.to_owned())),
+                Detected::Convert(format) => {
+                    let path = match crate::paths::parse(&file.virtual_path, "path", None) {
+                        Ok(path) => path,
+                        Err(e) => return Some(Err(e.to_string())),
+                    };
+                    let result = self.convert_at(sandbox, path, format).await;
+                    if let Err(error) = &result {
+                        tracing::info!(sandbox_id = %sandbox.id, format = format.label(), %error, "upload not converted");
+                    }
+                    Some(result.map_err(|e| e.to_string()))
+                }
+            }
+        });
+        futures::future::join_all(conversions).await
+    }
+
+    /// ConvertDocument: converts the file at `path` and writes its companion beside it.
+    pub async fn convert_document(&self, user_id: &str, thread_id: &str, path: VirtualPath) -> Result<(Companion, Format)> {
+        let sandbox = self.find(user_id, thread_id)?;
+        sandbox.require_active()?;
+        if !self.config.uploads.auto_convert_documents {
+            return Err(SandboxError::FailedPrecondition(
+                "document conversion is switched off (sandbox.uploads.auto_convert_documents: false)".to_owned(),
+            ));
+        }
+        let display = path.display();
+        let format = match crate::convert::detect(&display) {
+            Detected::Convert(format) => format,
+            Detected::Unsupported(why) => return Err(SandboxError::invalid("path", format!("{}: {why}", crate::error::echo(&display)))),
+            Detected::NotADocument => {
+                return Err(SandboxError::invalid(
+                    "path",
+                    format!("{} is not a document the converter reads ({})", crate::error::echo(&display), crate::convert::EXTENSIONS),
+                ));
+            }
+        };
+        match self.convert_at(&sandbox, path, format).await {
+            Ok(companion) => Ok((companion, format)),
+            Err(Failure::File(e)) => Err(e),
+            Err(Failure::Convert(e)) => Err(match e {
+                ConvertError::Unsupported(m) | ConvertError::Broken(m) => SandboxError::invalid("path", m),
+                ConvertError::Encrypted(m) => SandboxError::FailedPrecondition(m),
+                e @ (ConvertError::TooLarge(_) | ConvertError::TimedOut { .. } | ConvertError::OutOfMemory { .. }) => {
+                    SandboxError::ResourceExhausted(e.to_string())
+                }
+                ConvertError::Unavailable(m) => SandboxError::FailedPrecondition(m),
+                e @ ConvertError::Crashed(_) => SandboxError::Internal(e.to_string()),
+            }),
+        }
+    }
+
+    /// Opens, converts and writes the companion of one document.
+    async fn convert_at(&self, sandbox: &Arc<Sandbox>, path: VirtualPath, format: Format) -> std::result::Result<Companion, Failure> {
+        let workspace = sandbox.workspace.clone();
+        let source = path.clone();
+        let (file, size) = blocking(move || files::companion::open_source(&workspace, &source)).await.map_err(Failure::File)?;
+        let markdown = self.converter.convert(file, size, format).await.map_err(Failure::Convert)?;
+        let workspace = sandbox.workspace.clone();
+        blocking(move || files::companion::write(&workspace, &path, &markdown)).await.map_err(Failure::File)
+    }
+
     /// SnapshotOutputs.
     pub async fn snapshot(&self, user_id: &str, thread_id: &str) -> Result<files::snapshot::Snapshot> {
         let sandbox = self.find(user_id, thread_id)?;
@@ -400,6 +492,16 @@ impl Sandboxes {
     pub fn exec_enabled(&self) -> bool {
         self.provider.exec_refusal().is_none()
     }
+}
+
+/// Why one document has no companion: the file could not be read or written, or the converter
+/// refused it.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error("{0}")]
+    File(SandboxError),
+    #[error("{0}")]
+    Convert(ConvertError),
 }
 
 fn clamp(requested: u32, default: u64, max: u64) -> usize {

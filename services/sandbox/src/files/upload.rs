@@ -283,28 +283,31 @@ impl Upload {
 
     /// Renames a staging file to the first free variant of `name`, never replacing anything.
     fn commit(&mut self, temp: &str, name: &str, taken: &mut HashSet<String>) -> std::result::Result<String, Errno> {
-        for _ in 0..1000 {
-            let candidate = claim_unique(name, taken);
-            let renamed = match rustix::fs::renameat_with(&self.dir, temp, &self.dir, candidate.as_str(), RenameFlags::NOREPLACE) {
-                // Filesystems without RENAME_NOREPLACE: link(2) also refuses an existing name.
-                Err(Errno::INVAL) | Err(Errno::NOSYS) => {
-                    rustix::fs::linkat(&self.dir, temp, &self.dir, candidate.as_str(), AtFlags::empty())
-                        .and_then(|()| rustix::fs::unlinkat(&self.dir, temp, AtFlags::empty()))
-                }
-                other => other,
-            };
-            match renamed {
-                Ok(()) => {
-                    self.committed.push(candidate.clone());
-                    return Ok(candidate);
-                }
-                // Created by someone else since we listed the directory: try the next name.
-                Err(Errno::EXIST) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(Errno::EXIST)
+        let stored = rename_unique(&self.dir, temp, name, taken)?;
+        self.committed.push(stored.clone());
+        Ok(stored)
     }
+}
+
+/// Renames `temp` in `dir` to the first free variant of `name` (see [`claim_unique`]), never
+/// replacing an existing entry, and returns the name it got.
+pub(crate) fn rename_unique(dir: &OwnedFd, temp: &str, name: &str, taken: &mut HashSet<String>) -> std::result::Result<String, Errno> {
+    for _ in 0..1000 {
+        let candidate = claim_unique(name, taken);
+        let renamed = match rustix::fs::renameat_with(dir, temp, dir, candidate.as_str(), RenameFlags::NOREPLACE) {
+            // Filesystems without RENAME_NOREPLACE: link(2) also refuses an existing name.
+            Err(Errno::INVAL) | Err(Errno::NOSYS) => rustix::fs::linkat(dir, temp, dir, candidate.as_str(), AtFlags::empty())
+                .and_then(|()| rustix::fs::unlinkat(dir, temp, AtFlags::empty())),
+            other => other,
+        };
+        match renamed {
+            Ok(()) => return Ok(candidate),
+            // Created by someone else since the directory was listed: try the next name.
+            Err(Errno::EXIST) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Errno::EXIST)
 }
 
 impl Drop for Upload {
@@ -322,7 +325,7 @@ impl Drop for Upload {
     }
 }
 
-fn create_staging(dir: &OwnedFd, owner: Ownership) -> Result<(String, std::fs::File)> {
+pub(crate) fn create_staging(dir: &OwnedFd, owner: Ownership) -> Result<(String, std::fs::File)> {
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     for _ in 0..16 {
         let temp = format!(".upload-{:016x}.part", fastrand::u64(..));
@@ -349,7 +352,7 @@ fn create_staging(dir: &OwnedFd, owner: Ownership) -> Result<(String, std::fs::F
     Err(SandboxError::Unavailable("could not create a staging file in /mnt/user-data/uploads".to_owned()))
 }
 
-fn existing_names(dir: &OwnedFd) -> std::result::Result<HashSet<String>, Errno> {
+pub(crate) fn existing_names(dir: &OwnedFd) -> std::result::Result<HashSet<String>, Errno> {
     let listing = rustix::fs::openat(dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
     let mut reader = Dir::read_from(&listing)?;
     let mut names = HashSet::new();
