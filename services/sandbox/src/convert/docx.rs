@@ -1,6 +1,6 @@
 //! Word (.docx): the paragraphs and tables of `word/document.xml`, in order. Heading styles
 //! (`Title`, `Heading1`..`Heading6`, and localised ids ending in a digit such as `berschrift2`) become
-//! `#` headings, numbered or bulleted paragraphs `- ` items, tables Markdown tables (a nested table is
+//! `#` headings, numbered or bulleted paragraphs (their own numbering, or a `List…` style) `- ` items, tables Markdown tables (a nested table is
 //! flattened into its cell). Deleted revisions, field codes, headers and footers are left out.
 
 use crate::convert::markdown::{Out, collapse};
@@ -39,7 +39,12 @@ pub fn write(bytes: &[u8], limits: &Limits, out: &mut Out) -> Result<(), FormatE
         match node {
             Node::Open { name, tag, empty } => match name.as_slice() {
                 b"p" if !empty => paragraph = Paragraph::default(),
-                b"pStyle" => paragraph.heading = attr(&tag, b"val").and_then(|style| heading_level(&style)),
+                b"pStyle" => {
+                    let style = attr(&tag, b"val").unwrap_or_default();
+                    paragraph.heading = heading_level(&style);
+                    // "ListBullet", "ListNumber", "ListParagraph": numbered through the style, not the paragraph.
+                    paragraph.list |= style.to_ascii_lowercase().starts_with("list");
+                }
                 b"numPr" => paragraph.list = true,
                 b"t" if !empty => in_text = true,
                 b"tab" => paragraph.text.push('\t'),
@@ -184,6 +189,15 @@ mod tests {
             "# Quarterly report\n\nRevenue grew by 12% & costs fell.\n\n- first item\n\n| Region | Sales |\n| --- | --- |\n| North | 42 |\n",
             "{text}"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn list_styles_make_items() -> Result<(), FormatError> {
+        let body = format!(r#"<w:p><w:pPr><w:pStyle w:val="ListBullet"/></w:pPr>{}</w:p><w:p>{}</w:p>"#, run("styled item"), run("after"));
+        let mut out = Out::new(1 << 20);
+        write(&docx(&body), &limits(), &mut out)?;
+        assert_eq!(out.finish(), "- styled item\n\nafter\n");
         Ok(())
     }
 

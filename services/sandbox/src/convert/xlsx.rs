@@ -95,6 +95,8 @@ fn cells(xml: &[u8], part: &str, strings: &[String], budget: u64) -> Result<Vec<
     let mut kind = String::new();
     let mut value = String::new();
     let mut in_value = false;
+    let mut formula = String::new();
+    let mut in_formula = false;
     let mut kept: u64 = 0;
     while let Some(node) = parser.next()? {
         match node {
@@ -107,22 +109,29 @@ fn cells(xml: &[u8], part: &str, strings: &[String], budget: u64) -> Result<Vec<
                     column = attr(&tag, b"r").and_then(|r| column_of(&r)).unwrap_or(column);
                     kind = attr(&tag, b"t").unwrap_or_default();
                     value.clear();
+                    formula.clear();
                     if empty {
                         column += 1;
                     }
                 }
-                // <v> holds the value; <t> inside <is> an inline string. <f> (the formula) is skipped.
+                // <v> holds the value; <t> inside <is> an inline string; <f> the formula, shown only when
+                // the file has no computed value for it (a workbook written by a library, never opened).
                 b"v" | b"t" if !empty => in_value = true,
+                b"f" if !empty => in_formula = true,
                 _ => {}
             },
             Node::Text(text) if in_value => value.push_str(&text),
+            Node::Text(text) if in_formula => formula.push_str(&text),
             Node::Text(_) => {}
             Node::Close { name } => match name.as_slice() {
                 b"v" | b"t" => in_value = false,
+                b"f" => in_formula = false,
                 b"c" => {
+                    let formula_text = std::mem::take(&mut formula);
                     let text = match kind.as_str() {
                         "s" => value.trim().parse::<usize>().ok().and_then(|i| strings.get(i).cloned()).unwrap_or_default(),
                         "b" => if value.trim() == "1" { "TRUE" } else { "FALSE" }.to_owned(),
+                        _ if value.trim().is_empty() && !formula_text.trim().is_empty() => format!("={}", formula_text.trim()),
                         _ => std::mem::take(&mut value),
                     };
                     if !text.trim().is_empty() {
@@ -215,7 +224,7 @@ mod tests {
                 r#"<worksheet><sheetData>
 <row r="1"><c r="B1" t="s"><v>0</v></c><c r="C1" t="s"><v>1</v></c></row>
 <row r="2"><c r="B2" t="s"><v>2</v></c><c r="C2"><f>SUM(1,2)</f><v>1200.5</v></c><c r="D2" t="b"><v>1</v></c></row>
-<row r="3"><c r="B3" t="inlineStr"><is><t>Fuel | oil</t></is></c></row>
+<row r="3"><c r="B3" t="inlineStr"><is><t>Fuel | oil</t></is></c><c r="C3"><f>C2*2</f></c></row>
 </sheetData></worksheet>"#,
             ),
         ]);
@@ -223,7 +232,7 @@ mod tests {
         write(&bytes, &limits(), &mut out)?;
         let text = out.finish();
         assert_eq!(
-            text, "## Budget\n\n| Item | Cost |  |\n| --- | --- | --- |\n| Rent | 1200.5 | TRUE |\n| Fuel \\| oil |  |  |\n",
+            text, "## Budget\n\n| Item | Cost |  |\n| --- | --- | --- |\n| Rent | 1200.5 | TRUE |\n| Fuel \\| oil | =C2*2 |  |\n",
             "{text}"
         );
         Ok(())
