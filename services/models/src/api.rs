@@ -33,6 +33,8 @@ fn provider_kind(kind: spec::ProviderKind) -> ProviderKind {
         spec::ProviderKind::OpenAi => ProviderKind::Openai,
         spec::ProviderKind::Anthropic => ProviderKind::Anthropic,
         spec::ProviderKind::Replay => ProviderKind::Replay,
+        spec::ProviderKind::Gemini => ProviderKind::Gemini,
+        spec::ProviderKind::Azure => ProviderKind::AzureOpenai,
     }
 }
 

@@ -108,6 +108,10 @@ pub enum ProviderName {
     Openai,
     Anthropic,
     Replay,
+    #[serde(alias = "google", alias = "google_genai")]
+    Gemini,
+    #[serde(alias = "azure_openai", alias = "azure-openai")]
+    Azure,
 }
 
 impl From<ProviderName> for ProviderKind {
@@ -116,6 +120,8 @@ impl From<ProviderName> for ProviderKind {
             ProviderName::Openai => ProviderKind::OpenAi,
             ProviderName::Anthropic => ProviderKind::Anthropic,
             ProviderName::Replay => ProviderKind::Replay,
+            ProviderName::Gemini => ProviderKind::Gemini,
+            ProviderName::Azure => ProviderKind::Azure,
         }
     }
 }
@@ -128,7 +134,8 @@ pub struct ModelEntry {
     pub name: String,
     pub display_name: Option<String>,
     pub description: Option<String>,
-    /// `openai`, `anthropic` or `replay`. Required unless `use` is given; wins over `use` when both are.
+    /// `openai`, `anthropic`, `gemini`, `azure` or `replay`. Required unless `use` is given; wins over `use`
+    /// when both are.
     pub provider: Option<ProviderName>,
     /// DeerFlow class path (`langchain_openai:ChatOpenAI`), mapped to a provider.
     #[serde(rename = "use")]
@@ -207,6 +214,32 @@ pub struct ModelEntry {
     pub send_reasoning_content: Option<bool>,
     /// `anthropic-version` header (default 2023-06-01).
     pub anthropic_version: Option<String>,
+    /// Azure: the resource's endpoint, `https://{resource}.openai.azure.com` (default
+    /// `$AZURE_OPENAI_ENDPOINT`).
+    pub azure_endpoint: Option<String>,
+    /// Azure: the deployment called (default: `model`).
+    #[serde(alias = "deployment_name")]
+    pub azure_deployment: Option<String>,
+    /// Azure: the `api-version` query (default `$OPENAI_API_VERSION`; none on the v1 API).
+    #[serde(alias = "openai_api_version")]
+    pub api_version: Option<String>,
+    /// Azure: a Microsoft Entra ID token, sent as `Authorization: Bearer` instead of an `api-key`
+    /// (default `$AZURE_OPENAI_AD_TOKEN` when there is no key).
+    pub azure_ad_token: Option<String>,
+    /// Azure: accepted for DeerFlow / LangChain compatibility (tracing metadata there).
+    pub model_version: Option<String>,
+    /// Azure: accepted for LangChain compatibility (`azure` is implied by the class).
+    pub openai_api_type: Option<String>,
+    /// Gemini: `thinkingConfig.thinkingBudget` (tokens; -1 = dynamic, 0 = off where the model allows).
+    pub thinking_budget: Option<i64>,
+    /// Gemini: `thinkingConfig.includeThoughts` (default: true while thinking is enabled).
+    pub include_thoughts: Option<bool>,
+    /// Gemini: `thinkingConfig.thinkingLevel` (Gemini 3: `low`, `high`, …).
+    pub thinking_level: Option<String>,
+    /// Gemini: `safetySettings`, as `{category: threshold}` or the API's list.
+    pub safety_settings: Option<Value>,
+    /// Gemini: `generationConfig.responseMimeType` (e.g. `application/json`).
+    pub response_mime_type: Option<String>,
     /// Replay script file (replay kind), relative to the config file's directory.
     pub replay_file: Option<PathBuf>,
     /// Inline replay script (replay kind).
@@ -361,7 +394,7 @@ fn resolve_entry(entry: &ModelEntry, path: &str, base_dir: &Path, key_ref: Optio
         (None, None) => {
             return Err(invalid(
                 &format!("{path}.provider"),
-                "missing: set `provider: openai|anthropic|replay` (or DeerFlow's `use: module:Class`)",
+                "missing: set `provider: openai|anthropic|gemini|azure|replay` (or DeerFlow's `use: module:Class`)",
             ));
         }
     };
@@ -372,10 +405,18 @@ fn resolve_entry(entry: &ModelEntry, path: &str, base_dir: &Path, key_ref: Optio
     let upstream_model = match (&entry.model, kind) {
         (Some(model), _) if !model.trim().is_empty() => model.clone(),
         (_, ProviderKind::Replay) => entry.name.clone(),
+        // An Azure deployment names its model; `model` is only what callers are told.
+        (_, ProviderKind::Azure) if entry.azure_deployment.as_deref().is_some_and(|d| !d.trim().is_empty()) => {
+            entry.azure_deployment.clone().unwrap_or_default()
+        }
         _ => return Err(invalid(&format!("{path}.model"), "missing: the upstream model id (e.g. gpt-4o) is required")),
     };
 
-    let base_url = resolve_base_url(entry, path, kind, flavor.as_ref())?;
+    check_provider_keys(entry, path, kind)?;
+    let (base_url, api_version) = match kind {
+        ProviderKind::Azure => resolve_azure(entry, path, entry.azure_deployment.as_deref().unwrap_or(&upstream_model))?,
+        _ => (resolve_base_url(entry, path, kind, flavor.as_ref())?, String::new()),
+    };
 
     let key_value = match (&entry.api_key_env, &entry.api_key) {
         (Some(_), Some(_)) => return Err(invalid(&format!("{path}.api_key_env"), "give either api_key or api_key_env, not both")),
@@ -391,6 +432,24 @@ fn resolve_entry(entry: &ModelEntry, path: &str, base_dir: &Path, key_ref: Optio
         (Some(var), _) => format!("${var}"),
         (None, Some(var)) => format!("${var}"),
         (None, None) => format!("{path}.api_key"),
+    };
+
+    // As LangChain's classes do, a key not given comes from the provider's usual variable.
+    let (key_value, key_source, bearer_token) = match (kind, key_value) {
+        (ProviderKind::Azure, None) => match (&entry.azure_ad_token, env_var("AZURE_OPENAI_API_KEY"), env_var("AZURE_OPENAI_AD_TOKEN")) {
+            (Some(token), _, _) => (Some(token.clone()), format!("{path}.azure_ad_token"), true),
+            (None, Some(key), _) => (Some(key), "$AZURE_OPENAI_API_KEY".to_owned(), false),
+            (None, None, Some(token)) => (Some(token), "$AZURE_OPENAI_AD_TOKEN".to_owned(), true),
+            (None, None, None) => (None, key_source, false),
+        },
+        (ProviderKind::Azure, Some(_)) if entry.azure_ad_token.is_some() => {
+            return Err(invalid(&format!("{path}.azure_ad_token"), "give either api_key or azure_ad_token, not both"));
+        }
+        (ProviderKind::Gemini, None) => match env_var("GOOGLE_API_KEY") {
+            Some(key) => (Some(key), "$GOOGLE_API_KEY".to_owned(), false),
+            None => (None, key_source, false),
+        },
+        (_, key) => (key, key_source, false),
     };
 
     if let Some(t) = entry.temperature {
@@ -431,6 +490,11 @@ fn resolve_entry(entry: &ModelEntry, path: &str, base_dir: &Path, key_ref: Optio
     set("seed", entry.seed.map(Value::from));
     set("model_kwargs", entry.model_kwargs.clone().map(Value::Object));
     set("extra_body", entry.extra_body.clone().map(Value::Object));
+    set("thinking_budget", entry.thinking_budget.map(Value::from));
+    set("include_thoughts", entry.include_thoughts.map(Value::from));
+    set("thinking_level", entry.thinking_level.clone().map(Value::from));
+    set("safety_settings", entry.safety_settings.clone());
+    set("response_mime_type", entry.response_mime_type.clone().map(Value::from));
     if entry.reasoning == Some(false) && flavor.as_ref().is_some_and(|f| f.ollama) {
         // Ollama's OpenAI-compatible endpoint switches thinking off with reasoning_effort "none".
         params.insert("reasoning_effort".to_owned(), Value::from("none"));
@@ -473,10 +537,16 @@ fn resolve_entry(entry: &ModelEntry, path: &str, base_dir: &Path, key_ref: Optio
         ("enable_prompt_caching", entry.enable_prompt_caching.is_some()),
         ("prompt_cache_size", entry.prompt_cache_size.is_some()),
         ("output_version", entry.output_version.is_some()),
+        ("model_version", entry.model_version.is_some()),
+        ("openai_api_type", entry.openai_api_type.is_some()),
     ] {
         if set {
             notes.push(format!("`{key}` has no effect in Antler (Chat Completions / Messages streaming is used as is)"));
         }
+    }
+
+    if kind == ProviderKind::Gemini {
+        check_gemini_settings(path, &params, &when_thinking_enabled, &entry.when_thinking_disabled)?;
     }
 
     let anthropic_version = entry.anthropic_version.clone().unwrap_or_else(|| "2023-06-01".to_owned());
@@ -507,9 +577,118 @@ fn resolve_entry(entry: &ModelEntry, path: &str, base_dir: &Path, key_ref: Optio
         send_reasoning_content: entry.send_reasoning_content.or(flavor.as_ref().map(|f| f.send_reasoning_content)).unwrap_or(false),
         http2_prior_knowledge: entry.http2_prior_knowledge,
         anthropic_version,
+        api_version,
+        bearer_token,
         replay,
         notes,
     })
+}
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Keys of one provider set on a model of another are refused: they would do nothing, or be sent as
+/// fields the other API does not have.
+fn check_provider_keys(entry: &ModelEntry, path: &str, kind: ProviderKind) -> Result<(), ConfigError> {
+    let azure = [
+        ("azure_endpoint", entry.azure_endpoint.is_some()),
+        ("azure_deployment", entry.azure_deployment.is_some()),
+        ("api_version", entry.api_version.is_some()),
+        ("azure_ad_token", entry.azure_ad_token.is_some()),
+    ];
+    let gemini = [
+        ("thinking_budget", entry.thinking_budget.is_some()),
+        ("include_thoughts", entry.include_thoughts.is_some()),
+        ("thinking_level", entry.thinking_level.is_some()),
+        ("safety_settings", entry.safety_settings.is_some()),
+        ("response_mime_type", entry.response_mime_type.is_some()),
+    ];
+    for (keys, owner, provider) in [(&azure[..], ProviderKind::Azure, "azure"), (&gemini[..], ProviderKind::Gemini, "gemini")] {
+        if kind != owner
+            && let Some((key, _)) = keys.iter().find(|(_, set)| *set)
+        {
+            return Err(invalid(
+                &format!("{path}.{key}"),
+                format!("is a setting of `provider: {provider}` models; this one is `{}`", kind.as_str()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An Azure model's deployment root (`https://{resource}.openai.azure.com/openai/deployments/{deployment}`,
+/// or the v1 API's `…/openai/v1`) and its api-version. A `base_url` that already names a deployment or
+/// the v1 API is used as it is; otherwise the deployment (default: `model`) is appended to
+/// `azure_endpoint` (or `$AZURE_OPENAI_ENDPOINT`, or a resource-root `base_url`).
+fn resolve_azure(entry: &ModelEntry, path: &str, deployment: &str) -> Result<(String, String), ConfigError> {
+    let configured = entry.base_url.as_deref().map(|u| u.trim().trim_end_matches('/')).filter(|u| !u.is_empty());
+    let endpoint = entry.azure_endpoint.as_deref().map(|u| u.trim().trim_end_matches('/').to_owned()).filter(|u| !u.is_empty());
+    let (root, key) = match (configured, endpoint) {
+        (Some(base), _) if base.contains("/openai/deployments/") || base.ends_with("/openai/v1") => (base.to_owned(), "base_url"),
+        (_, Some(endpoint)) => (endpoint, "azure_endpoint"),
+        (Some(base), None) => (base.to_owned(), "base_url"),
+        (None, None) => match env_var("AZURE_OPENAI_ENDPOINT") {
+            Some(endpoint) => (endpoint.trim().trim_end_matches('/').to_owned(), "azure_endpoint"),
+            None => {
+                return Err(invalid(
+                    &format!("{path}.azure_endpoint"),
+                    "missing: an Azure model needs its resource's endpoint (https://{resource}.openai.azure.com), here or in                      $AZURE_OPENAI_ENDPOINT",
+                ));
+            }
+        },
+    };
+    if !(root.starts_with("http://") || root.starts_with("https://")) || reqwest::Url::parse(&root).is_err() {
+        return Err(invalid(&format!("{path}.{key}"), format!("`{root}` must be an http:// or https:// URL")));
+    }
+    let root = if root.contains("/openai/deployments/") || root.ends_with("/openai/v1") {
+        root
+    } else {
+        let deployment = deployment.trim();
+        if deployment.is_empty() || !deployment.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+            return Err(invalid(
+                &format!("{path}.azure_deployment"),
+                format!("`{deployment}` is not a deployment name (letters, digits, . _ -)"),
+            ));
+        }
+        format!("{root}/openai/deployments/{deployment}")
+    };
+    let version =
+        entry.api_version.as_deref().map(str::trim).map(str::to_owned).or_else(|| env_var("OPENAI_API_VERSION")).unwrap_or_default();
+    if version.is_empty() && !root.ends_with("/openai/v1") {
+        return Err(invalid(
+            &format!("{path}.api_version"),
+            "missing: an Azure deployment is called with an api-version (e.g. 2024-10-21), here or in $OPENAI_API_VERSION",
+        ));
+    }
+    if !version.chars().all(|c| c.is_ascii_alphanumeric() || "-.".contains(c)) {
+        return Err(invalid(&format!("{path}.api_version"), format!("`{version}` is not an api-version such as 2024-10-21")));
+    }
+    Ok((root, version))
+}
+
+/// A Gemini model's parameters and thinking blocks may only hold what the provider turns into the
+/// request (see `providers::gemini::SETTINGS`); anything else would be refused at the first call.
+fn check_gemini_settings(
+    path: &str,
+    params: &Map<String, Value>,
+    wte: &Option<Map<String, Value>>,
+    wtd: &Option<Map<String, Value>>,
+) -> Result<(), ConfigError> {
+    let known = crate::providers::gemini::SETTINGS;
+    let blocks = [("", Some(params)), ("when_thinking_enabled.", wte.as_ref()), ("when_thinking_disabled.", wtd.as_ref())];
+    for (prefix, block) in blocks {
+        if let Some(key) = block.into_iter().flat_map(|b| b.keys()).find(|k| !known.contains(&k.as_str())) {
+            return Err(invalid(
+                &format!("{path}.{prefix}{key}"),
+                format!(
+                    "is not a setting the Gemini API takes\nhint: the Gemini keys are {}; raw request fields go under extra_body",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn resolve_base_url(entry: &ModelEntry, path: &str, kind: ProviderKind, flavor: Option<&deerflow::Flavor>) -> Result<String, ConfigError> {
@@ -519,7 +698,8 @@ fn resolve_base_url(entry: &ModelEntry, path: &str, kind: ProviderKind, flavor: 
         (None, Some(default), _) => default.to_owned(),
         (None, None, ProviderKind::OpenAi) => "https://api.openai.com/v1".to_owned(),
         (None, None, ProviderKind::Anthropic) => "https://api.anthropic.com".to_owned(),
-        (None, None, ProviderKind::Replay) => String::new(),
+        (None, None, ProviderKind::Gemini) => "https://generativelanguage.googleapis.com".to_owned(),
+        (None, None, ProviderKind::Replay | ProviderKind::Azure) => String::new(),
     };
     if kind == ProviderKind::Replay {
         return Ok(url);

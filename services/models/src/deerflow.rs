@@ -60,7 +60,80 @@ pub const KNOWN_CLASSES: &[&str] = &[
     "ChatAnthropic",
     "ClaudeChatModel",
     "ChatGoogleGenerativeAI",
+    "AzureChatOpenAI",
 ];
+
+/// LangChain classes of providers with an OpenAI-compatible endpoint: not DeerFlow's, so refused, with
+/// the entry that calls the same provider (`use: langchain_openai:ChatOpenAI` and this `base_url`).
+const COMPATIBLE_VENDORS: &[(&str, &str)] = &[
+    ("ChatGroq", "https://api.groq.com/openai/v1"),
+    ("ChatMistralAI", "https://api.mistral.ai/v1"),
+    ("ChatXAI", "https://api.x.ai/v1"),
+    ("ChatFireworks", "https://api.fireworks.ai/inference/v1"),
+    ("ChatTogether", "https://api.together.xyz/v1"),
+    ("ChatOpenRouter", "https://openrouter.ai/api/v1"),
+    ("ChatDeepInfra", "https://api.deepinfra.com/v1/openai"),
+    ("ChatPerplexity", "https://api.perplexity.ai"),
+    ("MoonshotChat", "https://api.moonshot.cn/v1"),
+    ("ChatMoonshot", "https://api.moonshot.cn/v1"),
+    ("ChatTongyi", "https://dashscope.aliyuncs.com/compatible-mode/v1"),
+    ("ChatQwen", "https://dashscope.aliyuncs.com/compatible-mode/v1"),
+    ("ChatZhipuAI", "https://open.bigmodel.cn/api/paas/v4"),
+    ("ChatNVIDIA", "https://integrate.api.nvidia.com/v1"),
+    ("ChatCerebras", "https://api.cerebras.ai/v1"),
+    ("ChatCohere", "https://api.cohere.ai/compatibility/v1"),
+];
+
+/// The closest supported alternative to an unknown class: the entry for a known OpenAI-compatible
+/// vendor, the native provider of a cloud's other API, or the known class it most resembles.
+fn alternative(class: &str) -> String {
+    if let Some((_, base)) = COMPATIBLE_VENDORS.iter().find(|(name, _)| *name == class) {
+        return format!("the provider has an OpenAI-compatible endpoint: use `langchain_openai:ChatOpenAI` with `base_url: {base}`");
+    }
+    match class {
+        "ChatVertexAI" | "ChatAnthropicVertex" | "VertexAI" => {
+            return "Vertex AI's endpoints and Google Cloud credentials are not supported: use                     `langchain_google_genai:ChatGoogleGenerativeAI` (Gemini API key), or `langchain_anthropic:ChatAnthropic`                     for Claude"
+                .to_owned();
+        }
+        "ChatBedrock" | "ChatBedrockConverse" | "BedrockChat" => {
+            return "Bedrock's signed (SigV4) API is not supported: use `langchain_anthropic:ChatAnthropic` with an Anthropic                     key, or `langchain_openai:ChatOpenAI` with the base_url of an OpenAI-compatible Bedrock gateway"
+                .to_owned();
+        }
+        "AzureAIChatCompletionsModel" | "AzureMLChatOnlineEndpoint" => {
+            return "use `langchain_openai:AzureChatOpenAI` for an Azure OpenAI deployment, or `langchain_openai:ChatOpenAI`                     with the endpoint's OpenAI-compatible base_url"
+                .to_owned();
+        }
+        "ChatHuggingFace" | "HuggingFaceEndpoint" => {
+            return "use `langchain_openai:ChatOpenAI` with the base_url of the server's OpenAI-compatible /v1 endpoint (TGI, vLLM)"
+                .to_owned();
+        }
+        _ => {}
+    }
+    let nearest = KNOWN_CLASSES.iter().map(|known| (distance(&class.to_ascii_lowercase(), &known.to_ascii_lowercase()), known)).min();
+    match nearest {
+        Some((d, known)) if d <= 3 => format!("did you mean `{known}`?"),
+        _ => format!(
+            "known classes are {}; or add `provider: openai` (any OpenAI-compatible endpoint), `anthropic`, `gemini` or `azure`              to the entry",
+            KNOWN_CLASSES.join(", ")
+        ),
+    }
+}
+
+/// Levenshtein distance, for "did you mean" (class names are short).
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let current = row[j + 1];
+            row[j + 1] = (previous + usize::from(ca != *cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            previous = current;
+        }
+    }
+    row[b.len()]
+}
 
 /// Maps `use:` to a flavor, or explains why the class cannot be served.
 pub fn map_class(use_path: &str) -> Result<Flavor, String> {
@@ -100,11 +173,8 @@ pub fn map_class(use_path: &str) -> Result<Flavor, String> {
             note: Some("served through Ollama's OpenAI-compatible /v1 endpoint; thinking arrives as `reasoning` deltas"),
             ..Flavor::openai()
         },
-        "ChatGoogleGenerativeAI" => Flavor {
-            default_base_url: Some("https://generativelanguage.googleapis.com/v1beta/openai"),
-            note: Some("served through Gemini's OpenAI-compatible endpoint"),
-            ..Flavor::openai()
-        },
+        "ChatGoogleGenerativeAI" => Flavor { kind: ProviderKind::Gemini, ..Flavor::openai() },
+        "AzureChatOpenAI" => Flavor { kind: ProviderKind::Azure, ..Flavor::openai() },
         "ChatAnthropic" | "ClaudeChatModel" | "PatchedChatAnthropic" => Flavor {
             kind: ProviderKind::Anthropic,
             default_base_url: None,
@@ -124,18 +194,8 @@ pub fn map_class(use_path: &str) -> Result<Flavor, String> {
                  `langchain_anthropic:ChatAnthropic` (or `provider: anthropic`) with an API key"
             ));
         }
-        "AzureChatOpenAI" => {
-            return Err("AzureChatOpenAI addresses Azure deployments with an api-version query, which Antler does not \
-                 build\nhint: set `provider: openai` and `base_url` to the deployment's OpenAI-compatible /openai/v1 \
-                 endpoint"
-                .to_owned());
-        }
         _ => {
-            return Err(format!(
-                "class `{class}` is not known to Antler\nhint: known classes are {}; or add `provider: openai` (any \
-                 OpenAI-compatible endpoint) or `provider: anthropic` to the entry",
-                KNOWN_CLASSES.join(", ")
-            ));
+            return Err(format!("class `{class}` is not one Antler serves\nhint: {}", alternative(class)));
         }
     };
     Ok(flavor)
@@ -153,6 +213,8 @@ mod tests {
         }
         assert!(matches!(map_class("langchain_anthropic:ChatAnthropic"), Ok(Flavor { kind: ProviderKind::Anthropic, .. })));
         assert!(matches!(map_class("langchain_ollama:ChatOllama"), Ok(Flavor { ollama: true, .. })));
+        assert!(matches!(map_class("langchain_google_genai:ChatGoogleGenerativeAI"), Ok(Flavor { kind: ProviderKind::Gemini, .. })));
+        assert!(matches!(map_class("langchain_openai:AzureChatOpenAI"), Ok(Flavor { kind: ProviderKind::Azure, .. })));
         assert_eq!(map_class("deerflow.models.mindie_provider:MindIEChatModel").ok().and_then(|f| f.default_max_retries), Some(1));
     }
 
@@ -160,7 +222,13 @@ mod tests {
     fn unmappable_classes_are_explained() {
         let codex = map_class("deerflow.models.openai_codex_provider:CodexChatModel").err().unwrap_or_default();
         assert!(codex.contains("Responses API") && codex.contains("hint:"), "{codex}");
-        let unknown = map_class("langchain_aws:ChatBedrock").err().unwrap_or_default();
-        assert!(unknown.contains("ChatBedrock") && unknown.contains("provider: openai"), "{unknown}");
+        let bedrock = map_class("langchain_aws:ChatBedrock").err().unwrap_or_default();
+        assert!(bedrock.contains("ChatBedrock") && bedrock.contains("ChatAnthropic"), "{bedrock}");
+        let groq = map_class("langchain_groq:ChatGroq").err().unwrap_or_default();
+        assert!(groq.contains("`ChatGroq`") && groq.contains("base_url: https://api.groq.com/openai/v1"), "{groq}");
+        let typo = map_class("langchain_openai:ChatOpenAl").err().unwrap_or_default();
+        assert!(typo.contains("did you mean `ChatOpenAI`?"), "{typo}");
+        let unknown = map_class("my_pkg:SomethingElse").err().unwrap_or_default();
+        assert!(unknown.contains("SomethingElse") && unknown.contains("provider: openai"), "{unknown}");
     }
 }

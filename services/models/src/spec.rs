@@ -20,6 +20,10 @@ pub enum ProviderKind {
     Anthropic,
     /// Scripted responses, no network.
     Replay,
+    /// Google's Gemini API, native (`streamGenerateContent`).
+    Gemini,
+    /// Azure OpenAI: a deployment's Chat Completions with an `api-version`.
+    Azure,
 }
 
 impl ProviderKind {
@@ -29,6 +33,8 @@ impl ProviderKind {
             Self::OpenAi => "openai",
             Self::Anthropic => "anthropic",
             Self::Replay => "replay",
+            Self::Gemini => "gemini",
+            Self::Azure => "azure",
         }
     }
 }
@@ -148,6 +154,11 @@ pub struct ModelSpec {
     pub http2_prior_knowledge: bool,
     /// `anthropic-version` header.
     pub anthropic_version: String,
+    /// Azure: the `api-version` query parameter (empty for other providers).
+    pub api_version: String,
+    /// Azure: the credential is a Microsoft Entra ID token, sent as `Authorization: Bearer`, instead of
+    /// a resource key sent as `api-key`.
+    pub bearer_token: bool,
     /// The script of a replay model.
     pub replay: Option<Arc<ReplayScript>>,
     /// What the DeerFlow mapping changed or ignored, logged when the model is loaded.
@@ -182,6 +193,8 @@ pub(crate) mod tests {
             send_reasoning_content: false,
             http2_prior_knowledge: false,
             anthropic_version: "2023-06-01".to_owned(),
+            api_version: String::new(),
+            bearer_token: false,
             replay: None,
             notes: Vec::new(),
         }

@@ -51,7 +51,7 @@ fn deerflow_entries_map_to_the_right_provider_and_endpoint() -> Result<(), Confi
     let ollama = by_name(&r, "qwen3-local");
     assert_eq!((ollama.base_url.as_str(), ollama.max_tokens), ("http://localhost:11434/v1", Some(8192)));
     let gemini = by_name(&r, "gemini-2.5-pro");
-    assert_eq!(gemini.base_url, "https://generativelanguage.googleapis.com/v1beta/openai");
+    assert_eq!((gemini.kind, gemini.base_url.as_str()), (ProviderKind::Gemini, "https://generativelanguage.googleapis.com"));
     assert_eq!(gemini.api_key.value(), Some("key-of-GEMINI_API_KEY"));
     let deepseek = by_name(&r, "deepseek-v4");
     assert_eq!(deepseek.base_url, "https://api.deepseek.com/v1");
@@ -112,6 +112,52 @@ fn unmappable_deerflow_classes_are_explained() {
     assert!(text.contains("ChatBedrock") && text.contains("hint"), "{text}");
     // An explicit provider says how to call an unknown class.
     assert_eq!(error_of("models:\n  - {name: b, use: 'my.pkg:MyChat', provider: openai, model: x}\n"), "no error");
+}
+
+#[test]
+fn azure_deployments_are_built_from_endpoint_deployment_and_api_version() -> Result<(), ConfigError> {
+    let r = parse(
+        "models:\n  - {name: az, use: 'langchain_openai:AzureChatOpenAI', model: gpt-4o, azure_endpoint: 'https://res.openai.azure.com/', \
+         azure_deployment: prod-4o, openai_api_version: 2024-10-21, api_key: k}\n  \
+         - {name: az-ad, provider: azure, azure_deployment: mini, azure_endpoint: 'https://res.openai.azure.com', api_version: 2024-10-21, azure_ad_token: t}\n  \
+         - {name: az-v1, provider: azure, model: gpt-4.1, base_url: 'https://res.openai.azure.com/openai/v1', api_key: k}\n",
+    )?;
+    let az = by_name(&r, "az");
+    assert_eq!(
+        (az.kind, az.base_url.as_str(), az.api_version.as_str()),
+        (ProviderKind::Azure, "https://res.openai.azure.com/openai/deployments/prod-4o", "2024-10-21")
+    );
+    assert!(!az.bearer_token);
+    let ad = by_name(&r, "az-ad");
+    assert_eq!(
+        (ad.upstream_model.as_str(), ad.bearer_token, ad.api_key.value()),
+        ("mini", true, Some("t")),
+        "the deployment names the model"
+    );
+    assert_eq!(by_name(&r, "az-v1").api_version, "", "the v1 API takes no api-version");
+    Ok(())
+}
+
+#[test]
+fn azure_and_gemini_settings_are_checked() {
+    let text = error_of("models:\n  - {name: az, provider: azure, model: m, azure_endpoint: 'https://r.openai.azure.com'}\n");
+    assert!(text.contains("models[0].api_version") && text.contains("OPENAI_API_VERSION"), "{text}");
+    let text = error_of(
+        "models:\n  - {name: az, provider: azure, model: 'a b', azure_endpoint: 'https://r.openai.azure.com', api_version: 2024-10-21}\n",
+    );
+    assert!(text.contains("models[0].azure_deployment"), "{text}");
+    let text = error_of("models:\n  - {name: g, provider: openai, model: m, thinking_budget: 10}\n");
+    assert!(text.contains("models[0].thinking_budget") && text.contains("gemini"), "{text}");
+    let text = error_of(
+        "models:\n  - {name: g, provider: gemini, model: gemini-2.5-pro, api_key: k, when_thinking_enabled: {thinking: {type: enabled}}}\n",
+    );
+    assert!(text.contains("models[0].when_thinking_enabled.thinking") && text.contains("thinking_budget"), "{text}");
+    assert_eq!(
+        error_of(
+            "models:\n  - {name: g, use: 'langchain_google_genai:ChatGoogleGenerativeAI', model: gemini-2.5-flash, google_api_key: k, thinking_budget: 1024, include_thoughts: true, supports_thinking: true}\n"
+        ),
+        "no error"
+    );
 }
 
 #[test]

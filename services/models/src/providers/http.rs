@@ -47,7 +47,14 @@ pub struct Http {
     url: reqwest::Url,
     headers: HeaderMap,
     first_byte: Duration,
+    /// The provider's reading of an error body: the status it stands for and the retry delay it
+    /// names (see [`Http::with_error_reader`]).
+    error_reader: Option<ErrorReader>,
 }
+
+/// Reads an error answer's status and body into the status to classify it by and a retry delay (for
+/// providers that put either in the body rather than the status line and headers).
+pub type ErrorReader = fn(status: u16, body: &str) -> (u16, Option<Duration>);
 
 impl Http {
     /// `url` is the full endpoint; `headers` are the provider's own (auth, version) before the model's
@@ -72,7 +79,13 @@ impl Http {
         }
         let client = client.build().map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         let url = reqwest::Url::parse(&url).map_err(|e| format!("endpoint `{url}`: {e}"))?;
-        Ok(Self { client, url, headers, first_byte: spec.timeouts.first_byte })
+        Ok(Self { client, url, headers, first_byte: spec.timeouts.first_byte, error_reader: None })
+    }
+
+    /// Classifies error answers with `reader` (a `Retry-After` header still wins over its delay).
+    pub fn with_error_reader(mut self, reader: ErrorReader) -> Self {
+        self.error_reader = Some(reader);
+        self
     }
 
     /// A header value that must stay secret in `Debug` output.
@@ -104,7 +117,11 @@ impl Http {
         if !status.is_success() {
             let retry_after = retry::retry_after(response.headers());
             let body = read_capped(response).await;
-            return Err(UpstreamError::from_status(status.as_u16(), error_message(&body), retry_after));
+            let (status, in_body) = match self.error_reader {
+                Some(reader) => reader(status.as_u16(), &body),
+                None => (status.as_u16(), None),
+            };
+            return Err(UpstreamError::from_status(status, error_message(&body), retry_after.or(in_body)));
         }
         let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_ascii_lowercase();
         if content_type.starts_with("application/json") {

@@ -1,4 +1,5 @@
-//! Model providers: one wire protocol per file behind one trait.
+//! Model providers: one wire protocol per file behind one trait (OpenAI Chat Completions, Anthropic
+//! Messages, Gemini `streamGenerateContent`, Azure OpenAI deployments, scripted replay).
 //!
 //! A provider does two things: turn a validated call plus its parameters into a request body
 //! ([`Provider::prepare`], where provider-specific rules such as Anthropic's thinking budget are checked
@@ -7,6 +8,8 @@
 //! usage accounting are the gateway's, so every provider gets them alike.
 
 pub mod anthropic;
+pub mod azure;
+pub mod gemini;
 pub mod http;
 pub mod openai;
 pub mod replay;
@@ -60,6 +63,8 @@ pub fn build(spec: &ModelSpec) -> Result<Arc<dyn Provider>, String> {
         ProviderKind::OpenAi => Arc::new(openai::OpenAi::new(spec)?),
         ProviderKind::Anthropic => Arc::new(anthropic::Anthropic::new(spec)?),
         ProviderKind::Replay => Arc::new(replay::Replay::new(spec)?),
+        ProviderKind::Gemini => Arc::new(gemini::Gemini::new(spec)?),
+        ProviderKind::Azure => Arc::new(azure::Azure::new(spec)?),
     })
 }
 
