@@ -24,6 +24,9 @@ pub struct LeadConfig {
     pub truncated_answer: TruncatedAnswer,
     /// The web tools (`web_search`, `web_fetch`, `image_search`); each is off until its block is set.
     pub web: super::tools::web::config::WebConfig,
+    /// What a run that asks for thinking on a model without `supports_thinking` does (see
+    /// `thinking.rs`): `ignore` (run without it, say so in an event and a WARN line) or `refuse`.
+    pub thinking_unsupported: super::thinking::ThinkingUnsupported,
 }
 
 /// `runs.lead.truncated_answer`: a final answer the model could not finish is not a success by

@@ -17,6 +17,7 @@ pub mod runner;
 pub mod skills;
 pub mod state;
 pub mod subagents;
+pub mod thinking;
 pub mod tool_error;
 pub mod tool_exec;
 pub mod tools;
@@ -139,6 +140,8 @@ impl AgentFactory for LeadFactory {
             skills_enabled: self.config.skills.enabled,
             skills: Vec::new(),
             truncated_answer: self.config.truncated_answer,
+            thinking_unsupported: self.config.thinking_unsupported,
+            thinking_dropped: None,
         }))
     }
 }
@@ -163,6 +166,10 @@ pub struct LeadAgent {
     pub skills: Vec<skills::SkillInfo>,
     /// How an answer cut at the model's output limit ends (`runs.lead.truncated_answer`).
     pub truncated_answer: config::TruncatedAnswer,
+    /// What a request for thinking on a model without it does (`runs.lead.thinking_unsupported`).
+    pub thinking_unsupported: thinking::ThinkingUnsupported,
+    /// The run's model, when the run asked it to think but it cannot and its calls go without.
+    pub thinking_dropped: Option<String>,
 }
 
 impl LeadAgent {
@@ -204,8 +211,11 @@ impl Agent for LeadAgent {
             if self.mcp_enabled {
                 self.add_mcp_tools(&ctx).await;
             }
+            let model = model_info::run_model(&ctx).await;
+            let asked = ctx.spec.request.config.as_ref().and_then(|c| c.thinking_enabled).unwrap_or(false);
+            self.thinking_dropped = thinking::dropped(asked, model.as_ref(), self.thinking_unsupported);
             // view_image only for a model that can look (DeerFlow offers it the same way).
-            if model_info::run_model(&ctx).await.and_then(|m| m.capabilities).is_some_and(|c| c.supports_vision) {
+            if model.and_then(|m| m.capabilities).is_some_and(|c| c.supports_vision) {
                 self.tools.extend([Arc::new(tools::view_image::ViewImage) as Arc<dyn tools::Tool>]);
                 self.executor = ExecuteTool { tools: self.tools.clone() };
             }

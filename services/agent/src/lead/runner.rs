@@ -105,6 +105,11 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
         for message in &state.messages[first_input..] {
             ctx.emit(Kind::Message(MessageEvent { message: Some(message.clone()) })).await?;
         }
+        // Once per run (a resumed attempt already said it).
+        if let Some(model) = &agent.thinking_dropped {
+            tracing::warn!(run_id = %ctx.spec.run_id, model = %model, "thinking requested on a model without supports_thinking; the run goes on without thinking (runs.lead.thinking_unsupported: ignore)");
+            ctx.emit(super::thinking::event(model)).await?;
+        }
     }
 
     // The previous attempt died between its model turn and the end of the tool round: finish the
@@ -300,7 +305,7 @@ fn build_request(agent: &LeadAgent, env: &RunEnv, state: &ThreadState) -> ChatRe
         model_name: config.model_name.clone(),
         messages,
         tools: agent.tools.specs_where(|t| !t.deferred() || env.is_promoted(t.name())),
-        thinking_enabled: config.thinking_enabled.unwrap_or(false),
+        thinking_enabled: config.thinking_enabled.unwrap_or(false) && agent.thinking_dropped.is_none(),
         reasoning_effort: config.reasoning_effort,
         caller: agent.caller.clone(),
         run_id: spec.run_id.clone(),
