@@ -67,7 +67,7 @@ fn served() -> Router<Arc<Edge>> {
         .route("/threads", post(threads::create))
         .route("/threads/search", post(threads::search))
         .route("/threads/{thread_id}", get(threads::get).patch(threads::patch).delete(threads::delete))
-        .route("/threads/{thread_id}/state", get(threads::state).post(threads::update_state))
+        .route("/threads/{thread_id}/state", get(threads::state).post(threads::update_state).patch(unsupported_state_patch))
         .route("/threads/{thread_id}/state/checkpoint", post(threads::state_at_checkpoint))
         .route("/threads/{thread_id}/state/{checkpoint_id}", get(threads::state_at))
         .route("/threads/{thread_id}/history", post(threads::history).get(threads::history_get))
@@ -106,4 +106,10 @@ pub fn router(edge: Arc<Edge>) -> Router {
 
 async fn unsupported_assistant_change() -> ApiError {
     ApiError::unsupported_endpoint("changing assistants: the assistant is the agent runs.agent configures in antler.yaml")
+}
+
+async fn unsupported_state_patch() -> ApiError {
+    ApiError::unsupported_endpoint(
+        "patching a checkpoint's metadata (threads.patchState): checkpoints record who wrote them; change thread metadata with PATCH /threads/{id}",
+    )
 }
