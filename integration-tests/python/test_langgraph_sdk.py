@@ -7,7 +7,9 @@ slowly, for cancellation and reconnects). Every test talks to ``edge.listen`` th
 is not JSON, the response headers).
 
 The same server is also driven by the real ``@langchain/langgraph-sdk`` (npm) from Node:
-``integration-tests/node/langgraph_sdk.test.js``, run by ``test_the_node_sdk_drives_the_edge``.
+``integration-tests/node/langgraph_sdk.test.js``, run by ``test_the_node_sdk_drives_the_edge``, and
+``integration-tests/node/deerflow_ui.test.js`` (DeerFlow's web UI's call sequence with the SDK at the UI's
+pinned 1.6.0 and at 1.15.0), run by ``test_deerflow_s_ui_sequence_with_the_pinned_and_the_current_node_sdk``.
 
 Environment: ``ANTLER_BIN`` (default ``<repo>/target/debug/antler``); ``ANTLER_TOOLS`` (default ``<repo>/.tools``),
 where ``scripts/setup`` installs the Node SDK (``node-langgraph/``).
@@ -282,6 +284,91 @@ def test_search_pages_with_limit_and_offset(server: Server) -> None:
     run(body)
 
 
+async def created_apart(client: Any, metadata: dict) -> str:
+    """A new thread's id, created a few milliseconds after the one before (times are in milliseconds)."""
+    await asyncio.sleep(0.01)
+    return (await client.threads.create(metadata=metadata))["thread_id"]
+
+
+def test_search_sorts_by_change_or_creation_either_way(server: Server) -> None:
+    """DeerFlow's sidebar: ``sort_by=updated_at``, ``sort_order=desc``, ``select`` of four fields."""
+
+    async def body() -> None:
+        client = get_client(url=server.url, api_key=ALICE)
+        tag = str(uuid.uuid4())
+        a, b, c, d = [await created_apart(client, {"batch": tag}) for _ in range(4)]
+        for changed in (c, a):  # changed in another order than created: a last
+            await asyncio.sleep(0.02)
+            await client.threads.update(changed, metadata={"touched": True})
+        search = lambda **kw: client.threads.search(metadata={"batch": tag}, **kw)  # noqa: E731
+        ids = lambda found: [t["thread_id"] for t in found]  # noqa: E731
+        assert ids(await search(sort_by="updated_at", sort_order="desc")) == [a, c, d, b]
+        assert ids(await search(sort_by="updated_at", sort_order="asc")) == [b, d, c, a]
+        assert ids(await search(sort_by="created_at", sort_order="asc")) == [a, b, c, d]
+        assert ids(await search()) == [d, c, b, a], "newest created first by default"
+        paged = await search(sort_by="updated_at", sort_order="desc", limit=2) + await search(sort_by="updated_at", sort_order="desc", limit=2, offset=2)
+        assert ids(paged) == [a, c, d, b], "pages of the chosen order, nothing repeated or skipped"
+        sidebar = await search(sort_by="updated_at", sort_order="desc", select=["thread_id", "updated_at", "values", "metadata"])
+        assert all(sorted(t) == ["metadata", "thread_id", "updated_at", "values"] for t in sidebar), sidebar
+        assert ids(await client.threads.search(ids=[b, a, d], sort_by="updated_at", sort_order="desc")) == [a, d, b]
+        with pytest.raises(UnprocessableEntityError) as refused:
+            await search(sort_by="status")
+        assert "sort_by" in refused.value.message
+
+    run(body)
+
+
+def test_update_state_renames_a_thread_and_search_finds_it_by_title(server: Server) -> None:
+    """DeerFlow's rename: ``threads.update_state(id, {"title": …})`` writes a checkpoint outside a run."""
+
+    async def body() -> None:
+        client = get_client(url=server.url, api_key=ALICE)
+        tid = (await client.threads.create(metadata={"rename": "yes"}))["thread_id"]
+        await client.runs.wait(tid, "lead", input=user("hi"), config=quick())
+        before = await client.threads.get_state(tid)
+        title = f"Renamed {uuid.uuid4()}"
+        written = await client.threads.update_state(tid, {"title": title})
+        assert written["checkpoint"]["thread_id"] == tid and written["checkpoint"]["checkpoint_id"]
+        state = await client.threads.get_state(tid)
+        assert state["values"]["title"] == title
+        assert state["checkpoint"]["checkpoint_id"] == written["checkpoint"]["checkpoint_id"], "the update is the head"
+        assert state["values"]["messages"] == before["values"]["messages"], "the messages are kept"
+        assert state["parent_checkpoint"]["checkpoint_id"] == before["checkpoint"]["checkpoint_id"]
+        assert state["metadata"]["source"] == "update"
+        assert (await client.threads.get(tid))["values"]["title"] == title
+        [found] = await client.threads.search(values={"title": title})
+        assert found["thread_id"] == tid and found["values"]["title"] == title
+        # On an older checkpoint: a fork from it, as LangGraph does.
+        [_, *older] = await client.threads.get_history(tid, limit=10)
+        oldest = older[-1]
+        forked = await client.threads.update_state(tid, {"title": "Forked"}, checkpoint_id=oldest["checkpoint"]["checkpoint_id"])
+        state = await client.threads.get_state(tid)
+        assert state["checkpoint"]["checkpoint_id"] == forked["checkpoint"]["checkpoint_id"]
+        assert state["values"]["messages"] == oldest["values"]["messages"]
+        # What cannot be written is refused by name, and leaves the thread as it was.
+        for values, kwargs, field in (
+            ({"title": "x"}, {"as_node": "model"}, "as_node"),
+            ({"messages": []}, {}, "values.messages"),
+            ({"todos": []}, {}, "values.todos"),
+        ):
+            with pytest.raises(UnprocessableEntityError) as refused:
+                await client.threads.update_state(tid, values, **kwargs)
+            assert field in refused.value.message, refused.value.message
+        with pytest.raises(UnprocessableEntityError) as other:
+            await client.threads.search(values={"todos": []})
+        assert "values.todos" in other.value.message
+        # While a run is going: 409 naming it (its next step would overwrite the change).
+        started = await client.runs.create(tid, "lead", input=user("talk slowly"), config=slow())
+        await wait_status(client, tid, started["run_id"], {"running"})
+        with pytest.raises(ConflictError) as busy:
+            await client.threads.update_state(tid, {"title": "too soon"})
+        assert started["run_id"] in busy.value.message
+        await client.runs.cancel(tid, started["run_id"], wait=True)
+        assert (await client.threads.get_state(tid))["values"]["title"] == "Forked"
+
+    run(body)
+
+
 # --------------------------------------------------------------------------------------------------
 # Streaming, in every mode
 # --------------------------------------------------------------------------------------------------
@@ -402,6 +489,60 @@ def test_join_after_a_disconnect_resumes_with_no_gap_and_no_duplicate(server: Se
         assert text == SLOW_ANSWER
         state = await client.threads.get_state(thread["thread_id"])
         assert state["values"]["messages"][-1]["content"] == SLOW_ANSWER
+
+    run(body)
+
+
+def test_a_join_with_last_event_id_minus_one_replays_from_the_start(server: Server) -> None:
+    """useStream rejoins a running run after a page reload with ``Last-Event-ID: -1``."""
+
+    async def body() -> None:
+        client = get_client(url=server.url, api_key=ALICE)
+        thread = await client.threads.create()
+        created: dict = {}
+        first: list = []
+        async for part in client.runs.stream(
+            thread["thread_id"], "lead", input=user("talk slowly"), config=slow(), stream_mode=["values", "messages-tuple"],
+            on_disconnect="continue", on_run_created=lambda meta: created.update(meta),
+        ):
+            first.append(part)
+            if len(first) == 6:
+                break  # the page reloads
+        rejoined = [p async for p in client.runs.join_stream(thread["thread_id"], created["run_id"], last_event_id="-1")]
+        whole = [p async for p in client.runs.join_stream(thread["thread_id"], created["run_id"])]
+        assert rejoined[0].event == "metadata" and rejoined[-1].event == "end"
+        assert [(p.id, p.event, p.data) for p in rejoined] == [(p.id, p.event, p.data) for p in whole], "from the first event"
+        assert "".join(p.data[0]["content"] for p in rejoined if p.event == "messages") == SLOW_ANSWER
+
+    run(body)
+
+
+def test_thinking_on_a_model_without_it_runs_without_and_says_so_once(server: Server) -> None:
+    """DeerFlow's UI sends ``thinking_enabled: true`` whatever the model; ``quick`` cannot think."""
+
+    async def body() -> None:
+        client = get_client(url=server.url, api_key=ALICE)
+        thread = await client.threads.create()
+        tid = thread["thread_id"]
+        created: dict = {}
+        context = {"model_name": "quick", "mode": "pro", "thinking_enabled": True, "is_plan_mode": True,
+                   "subagent_enabled": False, "reasoning_effort": "medium", "thread_id": tid}
+        parts = [
+            part
+            async for part in client.runs.stream(
+                tid, "lead_agent", input=user("look around and greet me"), context=context, config={"recursion_limit": 1000},
+                stream_mode=["values", "messages-tuple", "updates", "custom"], on_run_created=lambda meta: created.update(meta),
+            )
+        ]
+        assert "error" not in [p.event for p in parts], parts
+        notices = [p.data for p in parts if p.event == "custom" and p.data["name"] == "antler.thinking_unsupported"]
+        assert len(notices) == 1 and notices[0]["data"]["model_name"] == "quick", notices
+        values = [p.data for p in parts if p.event == "values"][-1]
+        assert values["messages"][-1]["content"] == QUICK_ANSWER
+        assert (await client.runs.get(tid, created["run_id"]))["status"] == "success"
+        warnings = [line for line in server.stderr.read_text().splitlines()
+                    if "thinking requested on a model without supports_thinking" in line and created["run_id"] in line]
+        assert len(warnings) == 1 and "WARN" in warnings[0], warnings
 
     run(body)
 
@@ -590,6 +731,50 @@ def test_state_and_history(server: Server) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# DeerFlow's same-origin deployment: the API under /api/, and the gateway calls beside it
+# --------------------------------------------------------------------------------------------------
+
+
+def test_the_api_is_served_under_api_with_the_ui_s_history_and_channels(server: Server) -> None:
+    """DeerFlow's Next.js rewrites send the SDK's calls (``/api/langgraph/*``) to the gateway's ``/api/*``."""
+
+    async def body() -> None:
+        client = get_client(url=f"{server.url}/api", api_key=ALICE)
+        thread = await client.threads.create(metadata={"deployment": "same-origin"})
+        tid = thread["thread_id"]
+        created: dict = {}
+        parts = [
+            part
+            async for part in client.runs.stream(
+                tid, "lead_agent", input=user("look around and greet me"), config=quick(), stream_mode="values",
+                on_run_created=lambda meta: created.update(meta),
+            )
+        ]
+        assert parts[-1].event == "end" and parts[-2].data["messages"][-1]["content"] == QUICK_ANSWER
+        [found] = await client.threads.search(metadata={"deployment": "same-origin"}, sort_by="updated_at", sort_order="desc")
+        assert found["thread_id"] == tid
+        headers = {"x-api-key": ALICE}
+        # The chat view's history: the thread's messages, newest page first, each naming its run.
+        page = httpx.get(f"{server.url}/api/threads/{tid}/messages/page", params={"limit": 2}, headers=headers).json()
+        assert [r["seq"] for r in page["data"]] == [3, 4] and page["has_more"] is True and page["next_before_seq"] == 3, page
+        assert page["data"][-1]["content"]["content"] == QUICK_ANSWER and page["data"][-1]["content"]["type"] == "ai"
+        older = httpx.get(f"{server.url}/api/threads/{tid}/messages/page", params={"before_seq": 3}, headers=headers).json()
+        assert [r["seq"] for r in older["data"]] == [1, 2] and older["has_more"] is False and older["next_before_seq"] is None
+        rows = older["data"] + page["data"]
+        assert [r["content"]["type"] for r in rows] == ["human", "ai", "tool", "ai"]
+        assert {r["run_id"] for r in rows} == {created["run_id"]}, "every row names the run, also before its page's user message"
+        refused = httpx.get(f"{server.url}/api/threads/{tid}/messages/page", params={"after_seq": 1}, headers=headers)
+        assert refused.status_code == 422 and "after_seq" in refused.json()["detail"]
+        assert httpx.get(f"{server.url}/api/threads/{uuid.uuid4()}/messages/page", headers=headers).status_code == 404
+        assert httpx.get(f"{server.url}/threads/{tid}/messages/page", headers=headers).status_code == 404, "a gateway route, under /api/ only"
+        assert httpx.get(f"{server.url}/api/threads/{tid}/messages/page").status_code == 401
+        providers = httpx.get(f"{server.url}/api/channels/providers", headers=headers)
+        assert providers.status_code == 200 and providers.json() == {"enabled": False, "providers": []}
+
+    run(body)
+
+
+# --------------------------------------------------------------------------------------------------
 # Assistants and bad input
 # --------------------------------------------------------------------------------------------------
 
@@ -658,13 +843,14 @@ def test_requests_are_counted_by_endpoint_and_status(server: Server) -> None:
 # --------------------------------------------------------------------------------------------------
 
 NODE_SDK = Path(os.environ.get("ANTLER_TOOLS", antler_up.REPO / ".tools")) / "node-langgraph" / "node_modules"
-NODE_TEST = antler_up.REPO / "integration-tests" / "node" / "langgraph_sdk.test.js"
+NODE_TESTS = antler_up.REPO / "integration-tests" / "node"
 
 
-def test_the_node_sdk_drives_the_edge(server: Server) -> None:
-    """``@langchain/langgraph-sdk``'s thread, stream (four modes), join, cancel, wait, state and history calls."""
-    if not (NODE_SDK / "@langchain" / "langgraph-sdk" / "package.json").is_file():
-        pytest.fail(f"@langchain/langgraph-sdk is not installed under {NODE_SDK} (run scripts/setup)")
+def run_node_test(server: Server, name: str, tests: int) -> None:
+    """Runs ``integration-tests/node/<name>`` with ``node --test`` against the server; all ``tests`` must pass."""
+    for package in (NODE_SDK / "@langchain" / "langgraph-sdk", NODE_SDK / "langgraph-sdk-1-6"):
+        if not (package / "package.json").is_file():
+            pytest.fail(f"{package} is not installed (run scripts/setup)")
     env = {
         **os.environ,
         "NODE_PATH": str(NODE_SDK),
@@ -674,8 +860,19 @@ def test_the_node_sdk_drives_the_edge(server: Server) -> None:
         "SLOW_ANSWER": SLOW_ANSWER,
     }
     done = subprocess.run(
-        ["node", "--test", "--test-reporter=tap", str(NODE_TEST)], env=env, capture_output=True, text=True, timeout=180,
+        ["node", "--test", "--test-reporter=tap", str(NODE_TESTS / name)], env=env, capture_output=True, text=True, timeout=300,
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{output}\n{server.logs()}"
-    assert "# pass 3" in output and "# fail 0" in output, output
+    assert f"# pass {tests}" in output and "# fail 0" in output, output
+
+
+def test_the_node_sdk_drives_the_edge(server: Server) -> None:
+    """``@langchain/langgraph-sdk``'s thread, stream (four modes), join, cancel, wait, state and history calls."""
+    run_node_test(server, "langgraph_sdk.test.js", 3)
+
+
+def test_deerflow_s_ui_sequence_with_the_pinned_and_the_current_node_sdk(server: Server) -> None:
+    """DeerFlow's web UI's calls (sidebar, submit, reload, rename, stop, history, delete) with the SDK at 1.6.0
+    and 1.15.0, the API at the root and under /api/: ``integration-tests/node/deerflow_ui.test.js``."""
+    run_node_test(server, "deerflow_ui.test.js", 6)
