@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod otlp;
 pub mod runs;
 pub mod tls;
+pub mod web_double;
 
 /// Where the built binaries are.
 pub fn bin_dir() -> Result<PathBuf> {

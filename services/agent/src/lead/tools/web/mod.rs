@@ -20,7 +20,9 @@ pub mod ssrf;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use self::config::{FetchProviderKind, ImageProviderKind, SearchProviderKind, WebConfig, resolve_key};
+use self::config::{
+    FetchConfig, FetchProviderKind, ImageProviderKind, ImageSearchConfig, SearchConfig, SearchProviderKind, WebConfig, resolve_key,
+};
 use self::http::Endpoint;
 use self::providers::{FetchProvider, SearchProvider};
 use super::Tool;
@@ -81,78 +83,94 @@ fn endpoint(
 pub fn build(config: &WebConfig, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     if let Some(search) = &config.search {
-        const SETTING: &str = "runs.lead.web.search";
-        let kind = search.provider;
-        let key = resolve_key(SETTING, kind.name(), &search.api_key, kind.key_env(), kind.key_env().is_some(), lookup)?;
-        let endpoint = endpoint(provider_client(search.timeout_ms)?, kind.name(), search.base_url(), key, search.timeout_ms, SETTING);
-        let provider: Arc<dyn SearchProvider> = match kind {
-            SearchProviderKind::Searxng => Arc::new(providers::searxng::Searxng { endpoint, safesearch: None }),
-            SearchProviderKind::Tavily => Arc::new(providers::tavily::Tavily { endpoint }),
-            SearchProviderKind::Brave => Arc::new(providers::brave::Brave { endpoint, image_params: Vec::new() }),
-            SearchProviderKind::Serper => Arc::new(providers::serper::Serper { endpoint }),
-            SearchProviderKind::Exa => Arc::new(providers::exa::Exa {
-                endpoint,
-                search_type: search.search_type.clone().unwrap_or_else(|| "auto".to_owned()),
-                highlight_chars: search.contents_max_characters.unwrap_or(1000),
-            }),
-            SearchProviderKind::Firecrawl => Arc::new(providers::firecrawl::Firecrawl { endpoint }),
-        };
-        tools.push(Arc::new(super::web_search::WebSearch { provider, max_results: search.max_results }));
+        tools.push(Arc::new(web_search(search, lookup)?));
     }
     if let Some(fetch) = &config.fetch {
-        const SETTING: &str = "runs.lead.web.fetch";
-        let kind = fetch.provider;
-        let key = resolve_key(SETTING, kind.name(), &fetch.api_key, kind.key_env(), kind == FetchProviderKind::Firecrawl, lookup)?;
-        let fetcher = match kind {
-            FetchProviderKind::Direct => {
-                Fetcher::Direct(direct::DirectFetcher::new(fetch).map_err(|e| BuildError::Client(http::chain(&e)))?)
-            }
-            FetchProviderKind::Jina | FetchProviderKind::Firecrawl => {
-                let endpoint = endpoint(provider_client(fetch.timeout_ms)?, kind.name(), fetch.base_url(), key, fetch.timeout_ms, SETTING);
-                let provider: Arc<dyn FetchProvider> = if kind == FetchProviderKind::Jina {
-                    Arc::new(providers::jina::Jina { endpoint })
-                } else {
-                    Arc::new(providers::firecrawl::Firecrawl { endpoint })
-                };
-                Fetcher::Reader { provider, policy: Arc::new(ssrf::Policy::new(&fetch.ports, &fetch.allow_hosts, &fetch.allow_cidrs)) }
-            }
-        };
-        tools.push(Arc::new(super::web_fetch::WebFetch { fetcher, cut_chars: fetch.cut_chars as usize, max_bytes: fetch.max_bytes }));
+        tools.push(Arc::new(web_fetch(fetch, lookup)?));
     }
     if let Some(images) = &config.image_search {
-        const SETTING: &str = "runs.lead.web.image_search";
-        let kind = images.provider;
-        let search_kind = kind.as_search();
-        let key = resolve_key(SETTING, kind.name(), &images.api_key, search_kind.key_env(), search_kind.key_env().is_some(), lookup)?;
-        let endpoint = endpoint(provider_client(images.timeout_ms)?, kind.name(), images.base_url(), key, images.timeout_ms, SETTING);
-        let provider: Arc<dyn SearchProvider> = match kind {
-            ImageProviderKind::Searxng => Arc::new(providers::searxng::Searxng {
-                endpoint,
-                safesearch: images.safesearch.as_deref().map(|level| match level {
-                    "off" => "0",
-                    "moderate" => "1",
-                    _ => "2",
-                }),
-            }),
-            ImageProviderKind::Brave => {
-                let mut image_params = Vec::new();
-                for (name, value) in [
-                    ("country", images.country.clone()),
-                    ("search_lang", images.search_lang.clone()),
-                    ("safesearch", images.safesearch.clone()),
-                    ("spellcheck", images.spellcheck.map(|b| b.to_string())),
-                ] {
-                    if let Some(value) = value {
-                        image_params.push((name, value));
-                    }
-                }
-                Arc::new(providers::brave::Brave { endpoint, image_params })
-            }
-            ImageProviderKind::Serper => Arc::new(providers::serper::Serper { endpoint }),
-        };
-        tools.push(Arc::new(super::image_search::ImageSearch { provider, max_results: images.max_results }));
+        tools.push(Arc::new(image_search(images, lookup)?));
     }
     Ok(tools)
+}
+
+/// `web_search` under one `search` block.
+pub fn web_search(search: &SearchConfig, lookup: &dyn Fn(&str) -> Option<String>) -> Result<super::web_search::WebSearch, BuildError> {
+    const SETTING: &str = "runs.lead.web.search";
+    let kind = search.provider;
+    let key = resolve_key(SETTING, kind.name(), &search.api_key, kind.key_env(), kind.key_env().is_some(), lookup)?;
+    let endpoint = endpoint(provider_client(search.timeout_ms)?, kind.name(), search.base_url(), key, search.timeout_ms, SETTING);
+    let provider: Arc<dyn SearchProvider> = match kind {
+        SearchProviderKind::Searxng => Arc::new(providers::searxng::Searxng { endpoint, safesearch: None }),
+        SearchProviderKind::Tavily => Arc::new(providers::tavily::Tavily { endpoint }),
+        SearchProviderKind::Brave => Arc::new(providers::brave::Brave { endpoint, image_params: Vec::new() }),
+        SearchProviderKind::Serper => Arc::new(providers::serper::Serper { endpoint }),
+        SearchProviderKind::Exa => Arc::new(providers::exa::Exa {
+            endpoint,
+            search_type: search.search_type.clone().unwrap_or_else(|| "auto".to_owned()),
+            highlight_chars: search.contents_max_characters.unwrap_or(1000),
+        }),
+        SearchProviderKind::Firecrawl => Arc::new(providers::firecrawl::Firecrawl { endpoint }),
+    };
+    Ok(super::web_search::WebSearch { provider, max_results: search.max_results })
+}
+
+/// `web_fetch` under one `fetch` block.
+pub fn web_fetch(fetch: &FetchConfig, lookup: &dyn Fn(&str) -> Option<String>) -> Result<super::web_fetch::WebFetch, BuildError> {
+    const SETTING: &str = "runs.lead.web.fetch";
+    let kind = fetch.provider;
+    let key = resolve_key(SETTING, kind.name(), &fetch.api_key, kind.key_env(), kind == FetchProviderKind::Firecrawl, lookup)?;
+    let fetcher = match kind {
+        FetchProviderKind::Direct => Fetcher::Direct(direct::DirectFetcher::new(fetch).map_err(|e| BuildError::Client(http::chain(&e)))?),
+        FetchProviderKind::Jina | FetchProviderKind::Firecrawl => {
+            let endpoint = endpoint(provider_client(fetch.timeout_ms)?, kind.name(), fetch.base_url(), key, fetch.timeout_ms, SETTING);
+            let provider: Arc<dyn FetchProvider> = if kind == FetchProviderKind::Jina {
+                Arc::new(providers::jina::Jina { endpoint })
+            } else {
+                Arc::new(providers::firecrawl::Firecrawl { endpoint })
+            };
+            Fetcher::Reader { provider, policy: Arc::new(ssrf::Policy::new(&fetch.ports, &fetch.allow_hosts, &fetch.allow_cidrs)) }
+        }
+    };
+    Ok(super::web_fetch::WebFetch { fetcher, cut_chars: fetch.cut_chars as usize, max_bytes: fetch.max_bytes })
+}
+
+/// `image_search` under one `image_search` block.
+pub fn image_search(
+    images: &ImageSearchConfig,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<super::image_search::ImageSearch, BuildError> {
+    const SETTING: &str = "runs.lead.web.image_search";
+    let kind = images.provider;
+    let search_kind = kind.as_search();
+    let key = resolve_key(SETTING, kind.name(), &images.api_key, search_kind.key_env(), search_kind.key_env().is_some(), lookup)?;
+    let endpoint = endpoint(provider_client(images.timeout_ms)?, kind.name(), images.base_url(), key, images.timeout_ms, SETTING);
+    let provider: Arc<dyn SearchProvider> = match kind {
+        ImageProviderKind::Searxng => Arc::new(providers::searxng::Searxng {
+            endpoint,
+            safesearch: images.safesearch.as_deref().map(|level| match level {
+                "off" => "0",
+                "moderate" => "1",
+                _ => "2",
+            }),
+        }),
+        ImageProviderKind::Brave => {
+            let mut image_params = Vec::new();
+            for (name, value) in [
+                ("country", images.country.clone()),
+                ("search_lang", images.search_lang.clone()),
+                ("safesearch", images.safesearch.clone()),
+                ("spellcheck", images.spellcheck.map(|b| b.to_string())),
+            ] {
+                if let Some(value) = value {
+                    image_params.push((name, value));
+                }
+            }
+            Arc::new(providers::brave::Brave { endpoint, image_params })
+        }
+        ImageProviderKind::Serper => Arc::new(providers::serper::Serper { endpoint }),
+    };
+    Ok(super::image_search::ImageSearch { provider, max_results: images.max_results })
 }
 
 /// Configurations whose tools were built, newest last: a run reuses its configuration's clients (and
