@@ -752,3 +752,56 @@ pub async fn history(
     }
     Ok((out, next))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread(id: &str, created_at: i64, updated_at: i64) -> threads::Model {
+        threads::Model {
+            user_id: "u".to_owned(),
+            thread_id: id.to_owned(),
+            title: String::new(),
+            metadata: "{}".to_owned(),
+            head_checkpoint_id: None,
+            latest_run_id: None,
+            created_at,
+            updated_at,
+            parent_thread_id: None,
+        }
+    }
+
+    #[test]
+    fn a_page_token_reads_back_only_under_its_own_sort() {
+        let t = thread("t-1", 10, 20);
+        let default = Sort::of(ThreadSort::Unspecified, SortOrder::Unspecified);
+        let updated = Sort::of(ThreadSort::UpdatedAt, SortOrder::Asc);
+        // Newest created first writes the tokens this service always wrote, so they still read.
+        assert_eq!(default.encode(&t), paging::encode(10, "t-1"));
+        assert!(matches!(default.decode(&paging::encode(10, "t-1")), Ok(Some((10, ref id))) if id == "t-1"));
+        assert!(matches!(updated.decode(&updated.encode(&t)), Ok(Some((20, ref id))) if id == "t-1"));
+        assert!(updated.decode(&default.encode(&t)).is_err());
+        assert!(default.decode(&updated.encode(&t)).is_err());
+        assert!(Sort::of(ThreadSort::CreatedAt, SortOrder::Asc).decode(&updated.encode(&t)).is_err());
+    }
+
+    #[test]
+    fn only_the_title_channel_is_matched_or_written() {
+        let string = |s: &str| prost_types::Value { kind: Some(prost_types::value::Kind::StringValue(s.to_owned())) };
+        let of = |key: &str, value: prost_types::Value| prost_types::Struct { fields: [(key.to_owned(), value)].into_iter().collect() };
+        assert!(matches!(title_filter(Some(&of("title", string("T")))), Ok(Some(ref t)) if t == "T"));
+        assert!(
+            matches!(title_filter(Some(&of("todos", string("x")))), Err(RunsError::InvalidArgument { ref field, .. }) if field == "values.todos")
+        );
+        assert!(matches!(writable_values(Some(&of("title", string("T")))), Ok(Some(ref t)) if t == "T"));
+        let null = prost_types::Value { kind: Some(prost_types::value::Kind::NullValue(0)) };
+        assert!(matches!(writable_values(Some(&of("title", null))), Ok(Some(ref t)) if t.is_empty()));
+        for key in ["messages", "todos", "lead_step"] {
+            let refused = writable_values(Some(&of(key, string("x"))));
+            assert!(matches!(refused, Err(RunsError::InvalidArgument { ref field, .. }) if field == &format!("values.{key}")), "{key}");
+        }
+        assert!(writable_values(None).is_err());
+        assert!(writable_values(Some(&of("title", string(&"é".repeat(257))))).is_err());
+        assert!(writable_values(Some(&of("title", string(&"é".repeat(256))))).is_ok());
+    }
+}
