@@ -35,6 +35,19 @@ fn user<T>(request: &Request<T>) -> Result<String, Status> {
     Ok(Identity::of(request)?.user_id.clone())
 }
 
+/// What applying a configuration changed, as ReloadConfig (and UpdateConfig) answer it.
+fn reload_response(report: crate::service::ReloadReport) -> ReloadConfigResponse {
+    ReloadConfigResponse {
+        changed: report.changed,
+        added_servers: report.added,
+        removed_servers: report.removed,
+        changed_servers: report.changed_servers,
+        errors: report.problems.iter().map(|p| ConfigError { server: p.server.clone(), message: p.to_string() }).collect(),
+        sessions_closed: report.sessions_closed,
+        config_hash: report.hash,
+    }
+}
+
 fn timestamp(time: SystemTime) -> prost_types::Timestamp {
     prost_types::Timestamp::from(time)
 }
@@ -250,15 +263,25 @@ impl mcp_service_server::McpService for McpApi {
             return Err(McpError::PermissionDenied(format!("user `{user}` may not reload the MCP config (mcp.operators)")).into());
         }
         let report = self.hub.reload(None, request.into_inner().force).await?;
-        Ok(Response::new(ReloadConfigResponse {
-            changed: report.changed,
-            added_servers: report.added,
-            removed_servers: report.removed,
-            changed_servers: report.changed_servers,
-            errors: report.problems.iter().map(|p| ConfigError { server: p.server.clone(), message: p.to_string() }).collect(),
-            sessions_closed: report.sessions_closed,
-            config_hash: report.hash,
-        }))
+        Ok(Response::new(reload_response(report)))
+    }
+
+    async fn get_config(&self, request: Request<GetConfigRequest>) -> Result<Response<GetConfigResponse>, Status> {
+        let user = user(&request)?;
+        let (servers, inline_servers, config_hash) = self.hub.get_config(&user).await?;
+        Ok(Response::new(GetConfigResponse { servers: Some(convert::map_to_struct(&servers)), inline_servers, config_hash }))
+    }
+
+    async fn update_config(&self, request: Request<UpdateConfigRequest>) -> Result<Response<UpdateConfigResponse>, Status> {
+        let user = user(&request)?;
+        let request = request.into_inner();
+        let servers = match request.servers.as_ref().map(convert::struct_to_map) {
+            Some(map) if !map.is_empty() || request.replace => map,
+            None if request.replace => serde_json::Map::new(),
+            _ => return Err(McpError::invalid("servers", "is required: the entries to change, by server name").into()),
+        };
+        let (servers, report) = self.hub.update_config(&user, servers, request.replace).await?;
+        Ok(Response::new(UpdateConfigResponse { servers: Some(convert::map_to_struct(&servers)), reload: Some(reload_response(report)) }))
     }
 
     async fn get_pool_stats(&self, request: Request<GetPoolStatsRequest>) -> Result<Response<GetPoolStatsResponse>, Status> {

@@ -51,7 +51,7 @@ pub struct McpConfig {
     /// ready by then is named in `not_ready` and keeps starting in the background. Servers whose last
     /// attempt failed or whose breaker is open are never waited for.
     pub listing_wait_ms: u64,
-    /// Users who may call ReloadConfig. Empty: every caller may.
+    /// Users who may call ReloadConfig, GetConfig and UpdateConfig. Empty: every caller may.
     pub operators: Vec<String>,
 }
 

@@ -18,6 +18,7 @@ pub mod config;
 pub mod content;
 pub mod convert;
 pub mod discovery;
+pub mod editor;
 pub mod error;
 pub mod extensions;
 pub mod hardening;

@@ -125,6 +125,8 @@ pub struct Hub {
     pool: Arc<Pool>,
     counters: Mutex<HashMap<String, Arc<Counters>>>,
     reload_lock: tokio::sync::Mutex<()>,
+    /// Serialises UpdateConfig's read-modify-write of the extensions file.
+    edit_lock: tokio::sync::Mutex<()>,
     /// Cancelled at shutdown: ends the discoveries still running.
     stop: CancellationToken,
     pub started: SystemTime,
@@ -170,6 +172,7 @@ impl Hub {
             pool,
             counters: Mutex::new(HashMap::new()),
             reload_lock: tokio::sync::Mutex::new(()),
+            edit_lock: tokio::sync::Mutex::new(()),
             stop: CancellationToken::new(),
             started: SystemTime::now(),
         });
@@ -259,6 +262,75 @@ impl Hub {
         })?;
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
         Ok(self.apply(loaded, force))
+    }
+
+    /// The extensions file GetConfig reads and UpdateConfig writes: the one in force, else where
+    /// `mcp.extensions_config` says (created by the first write).
+    fn editable_file(&self) -> Result<PathBuf> {
+        let config = self.config();
+        let env_path = std::env::var(crate::extensions::PATH_ENV).ok();
+        crate::extensions::locate(config.configured_file(self.antler_yaml.as_deref()).as_deref(), env_path.as_deref(), &self.cwd)
+            .map_err(|e| McpError::FailedPrecondition(e.to_string()))?
+            .ok_or_else(|| {
+                McpError::FailedPrecondition(
+                    "no extensions file is configured or found\nhint: set mcp.extensions_config (a new file is created there)".to_owned(),
+                )
+            })
+    }
+
+    fn require_operator(&self, user: &str, what: &str) -> Result<()> {
+        if self.may_reload(user) {
+            return Ok(());
+        }
+        Err(McpError::PermissionDenied(format!("user `{user}` may not {what} the MCP config (mcp.operators)")))
+    }
+
+    /// GetConfig: the file's entries (secrets masked), the inline servers' names, the hash in force.
+    pub async fn get_config(&self, user: &str) -> Result<(Map<String, Value>, Vec<String>, String)> {
+        self.require_operator(user, "read")?;
+        let servers = match self.editable_file() {
+            Ok(path) => {
+                let root = tokio::task::spawn_blocking(move || crate::editor::read_root(&path))
+                    .await
+                    .map_err(|e| McpError::Internal(format!("reading the extensions file failed: {e}")))??;
+                crate::editor::mask_all(&crate::editor::servers_of(&root))
+            }
+            Err(_) => Map::new(),
+        };
+        let inline = self.config().servers.keys().cloned().collect();
+        Ok((servers, inline, self.snapshot().hash.clone()))
+    }
+
+    /// UpdateConfig: computes the new `mcpServers` (replace or merge, masked secrets restored), checks
+    /// every entry as a reload would, writes the file atomically and applies it.
+    pub async fn update_config(&self, user: &str, servers: Map<String, Value>, replace: bool) -> Result<(Map<String, Value>, ReloadReport)> {
+        self.require_operator(user, "change")?;
+        let _edit = self.edit_lock.lock().await;
+        let path = self.editable_file()?;
+        let read = path.clone();
+        let mut root = tokio::task::spawn_blocking(move || crate::editor::read_root(&read))
+            .await
+            .map_err(|e| McpError::Internal(format!("reading the extensions file failed: {e}")))??;
+        let next = crate::editor::apply(&crate::editor::servers_of(&root), servers, replace)?;
+        let config = self.config();
+        let policy = config.policy();
+        let lookup = |name: &str| std::env::var(name).ok();
+        let ctx = crate::extensions::EntryContext { policy: &policy, lookup: &lookup, max_call_timeout: config.max_call_timeout(), strict: false };
+        for (name, raw) in &next {
+            crate::extensions::parse_entry(name, raw, ctx).map_err(|p| {
+                let field = if p.field.is_empty() { format!("servers.{name}") } else { format!("servers.{name}.{}", p.field) };
+                McpError::invalid(field, p.message)
+            })?;
+        }
+        root.remove("mcp_servers");
+        root.insert("mcpServers".to_owned(), Value::Object(next.clone()));
+        let write = path.clone();
+        tokio::task::spawn_blocking(move || crate::editor::write_root(&write, &root))
+            .await
+            .map_err(|e| McpError::Internal(format!("writing the extensions file failed: {e}")))??;
+        tracing::info!(user, file = %path.display(), servers = next.len(), replace, "extensions config written");
+        let report = self.reload(None, false).await?;
+        Ok((crate::editor::mask_all(&next), report))
     }
 
     /// Whether `user` may call ReloadConfig.
