@@ -7,6 +7,7 @@
 mod output;
 mod cli;
 mod client;
+mod deerflow_tools;
 mod spinner;
 
 use std::path::PathBuf;
@@ -104,9 +105,10 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum ConfigCommand {
-    /// Validate antler.yaml (every section) and print it resolved, with secrets masked.
+    /// Validate antler.yaml (every section) and print it resolved, with secrets masked. A DeerFlow
+    /// config.yaml is read as it is: what each of its sections became is printed first.
     Check {
-        /// Path to antler.yaml; without it the built-in defaults are checked.
+        /// Path to antler.yaml (or DeerFlow's config.yaml); without it the built-in defaults are checked.
         #[arg(long, env = "ANTLER_CONFIG")]
         config: Option<PathBuf>,
     },
@@ -227,6 +229,8 @@ fn spawn_demo(serve: &ServeArgs) -> anyhow::Result<()> {
 async fn main() -> std::process::ExitCode {
     // The sandbox's document converter runs as a child of this executable: convert stdin and exit.
     antler_sandbox::convert::worker::run_if_requested();
+    // Before any configuration is read: a DeerFlow file's web tools are mapped by the lead agent.
+    deerflow_tools::register();
     cli::exit(run(Cli::parse()).await)
 }
 
@@ -279,6 +283,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let loaded = antler_kit::Config::load(config.as_deref())?;
             antler_kit::cli::validate(&loaded, &ALL)?;
             antler_kit::client::check_tls(&loaded)?;
+            // As comments, so that the output stays a YAML document.
+            if let Some(translation) = &loaded.deerflow {
+                outln!("# {}", translation.summary())?;
+                for line in &translation.lines {
+                    outln!("#   {line}")?;
+                }
+            }
             match &loaded.path {
                 Some(path) => outln!("# {} is valid; resolved (secrets masked):", path.display())?,
                 None => outln!("# no config file given; the built-in defaults (secrets masked):")?,

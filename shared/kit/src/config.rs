@@ -49,8 +49,10 @@ pub enum ConfigError {
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
     /// An error about a setting that a DeerFlow `config.yaml` supplied, with the DeerFlow key named.
-    #[error("{source}\nnote: `{antler_path}` is set from DeerFlow's `{deerflow_path}`")]
-    FromDeerflow { source: Box<ConfigError>, antler_path: String, deerflow_path: String },
+    // `error`, not `source`: the note belongs to the message, and a source would be printed twice by
+    // error chains.
+    #[error("{error}\nnote: `{antler_path}` is set from DeerFlow's `{deerflow_path}`")]
+    FromDeerflow { error: Box<ConfigError>, antler_path: String, deerflow_path: String },
 }
 
 impl ConfigError {
@@ -581,7 +583,7 @@ pub fn substitute_env(value: &mut Value, path: &str, lookup: &dyn Fn(&str) -> Op
 fn explain(translation: Option<&deerflow::Translation>, error: ConfigError) -> ConfigError {
     let origin = translation.zip(error.path()).and_then(|(t, path)| t.origin_of(path).map(|origin| (path.to_owned(), origin)));
     match origin {
-        Some((antler_path, deerflow_path)) => ConfigError::FromDeerflow { source: Box::new(error), antler_path, deerflow_path },
+        Some((antler_path, deerflow_path)) => ConfigError::FromDeerflow { error: Box::new(error), antler_path, deerflow_path },
         None => error,
     }
 }

@@ -178,8 +178,10 @@ impl Translation {
 
     /// The heading of the mapping: which file, which schema, how many sections of each outcome.
     pub fn summary(&self) -> String {
-        let applied = self.lines.iter().filter(|l| l.outcome == Outcome::Applied && !l.section.contains('.')).count();
-        let skipped = self.lines.iter().filter(|l| l.outcome == Outcome::NotApplied && !l.section.contains('.')).count();
+        // Sections only: a line about a key (`title.prompt`) or an entry (`tools[2] …`) is not one.
+        let section = |l: &&Line| l.section.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let applied = self.lines.iter().filter(section).filter(|l| l.outcome == Outcome::Applied).count();
+        let skipped = self.lines.iter().filter(section).filter(|l| l.outcome == Outcome::NotApplied).count();
         let version = self.config_version.map(|v| format!(" (config_version {v})")).unwrap_or_default();
         format!("DeerFlow config.yaml{version}: {applied} sections applied, {skipped} accepted but not applied")
     }

@@ -46,8 +46,18 @@ fn not_applied_reason(section: &str) -> Option<&'static str> {
     })
 }
 
-/// Translates top-level section `name`.
+/// Translates top-level section `name`; its own line comes first, then those about its keys.
 pub(super) fn translate_section(ctx: &mut Ctx, name: &str, value: Value) -> Result<(), ConfigError> {
+    let first = ctx.translation.lines.len();
+    translate(ctx, name, value)?;
+    let lines = &mut ctx.translation.lines[first..];
+    if let Some(own) = lines.iter().position(|l| l.section == name) {
+        lines[..=own].rotate_right(1);
+    }
+    Ok(())
+}
+
+fn translate(ctx: &mut Ctx, name: &str, value: Value) -> Result<(), ConfigError> {
     if let Some(why) = not_applied_reason(name) {
         ctx.line(Line::not_applied(name, why));
         return Ok(());
@@ -166,7 +176,8 @@ fn extensions(ctx: &mut Ctx, value: Value) -> Result<(), ConfigError> {
     let mut note = None;
     if let Some(servers) = servers {
         let Value::Mapping(map) = &servers else { return Err(wrong_type(&format!("extensions.{key}"), "a mapping of servers", &servers)) };
-        note = Some(format!("{} MCP servers", map.len()));
+        let names: Vec<String> = map.keys().map(env::key_name).collect();
+        note = Some(format!("MCP servers: {}", names.join(", ")));
         put(ctx, &mut targets, "mcp.servers", Some(servers), &format!("extensions.{key}"));
     }
     if targets.is_empty() {
