@@ -410,3 +410,47 @@ fn memfd(bytes: &[u8]) -> std::io::Result<std::fs::File> {
     file.rewind()?;
     Ok(file)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    fn exit(code: i32) -> ExitStatus {
+        ExitStatus::from_raw(code << 8)
+    }
+
+    #[test]
+    fn every_way_the_worker_ends_is_one_error() {
+        let config = ConvertConfig::default();
+        let run = |status, err: &str| interpret(status, b"# md\n".to_vec(), err.as_bytes(), &config);
+        assert_eq!(run(exit(0), ""), Ok("# md\n".to_owned()));
+        assert_eq!(run(exit(10), "the PDF is encrypted\n"), Err(ConvertError::Encrypted("the PDF is encrypted".to_owned())));
+        assert_eq!(run(exit(11), "not a valid PDF"), Err(ConvertError::Broken("not a valid PDF".to_owned())));
+        assert_eq!(run(exit(12), "too big"), Err(ConvertError::TooLarge("too big".to_owned())));
+        assert!(
+            matches!(run(exit(1), "bwrap: Can't mount proc"), Err(ConvertError::Unavailable(m)) if m.contains("bwrap: Can't mount proc"))
+        );
+        let abort = ExitStatus::from_raw(6);
+        assert_eq!(
+            run(abort, "memory allocation of 1073741824 bytes failed\n"),
+            Err(ConvertError::OutOfMemory { limit: config.max_memory_bytes })
+        );
+        assert!(
+            matches!(run(abort, "\nthread 'main' has overflowed its stack\nfatal runtime error: stack overflow"), Err(ConvertError::Crashed(m)) if m.contains("stack overflow"))
+        );
+        assert_eq!(run(ExitStatus::from_raw(24), ""), Err(ConvertError::TimedOut { secs: config.timeout_secs }));
+        assert!(matches!(run(ExitStatus::from_raw(11), ""), Err(ConvertError::Crashed(m)) if m.contains("signal 11")));
+    }
+
+    #[test]
+    fn a_converter_that_is_off_refuses_with_its_reason() {
+        let converter = Converter::disabled(&ConvertConfig::default(), "switched off");
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a current-thread runtime builds");
+        let file = memfd(b"<p>x</p>").expect("memfd");
+        let result = runtime.block_on(converter.convert(file, 8, Format::Html));
+        assert_eq!(result, Err(ConvertError::Unavailable("switched off".to_owned())));
+        assert_eq!(converter.mode(), "off");
+    }
+}
