@@ -32,6 +32,8 @@ pub struct EdgeConfig {
     pub cors_origins: Vec<String>,
     /// How long a browser may cache a preflight answer, in seconds.
     pub cors_max_age_secs: u64,
+    /// DeerFlow's gateway routes (`/api/*`, `/api/v1/auth/*`): see [`GatewayConfig`].
+    pub gateway: GatewayConfig,
 }
 
 impl Default for EdgeConfig {
@@ -44,6 +46,7 @@ impl Default for EdgeConfig {
             max_offset: 10_000,
             cors_origins: Vec::new(),
             cors_max_age_secs: 600,
+            gateway: GatewayConfig::default(),
         }
     }
 }
@@ -67,6 +70,7 @@ impl EdgeConfig {
         check_range("edge.max_page", self.max_page.into(), 1, 10_000)?;
         check_range("edge.max_offset", self.max_offset.into(), 0, 1_000_000)?;
         check_range("edge.cors_max_age_secs", self.cors_max_age_secs, 0, 86_400)?;
+        self.gateway.validate()?;
         for (i, origin) in self.cors_origins.iter().enumerate() {
             check_origin(origin).map_err(|message| ConfigError::Invalid { path: format!("edge.cors_origins[{i}]"), message })?;
         }
@@ -86,13 +90,17 @@ impl EdgeConfig {
         if self.cors_origins.is_empty() {
             return None;
         }
-        let origin = if self.cors_origins.iter().any(|o| o == "*") {
+        let any = self.cors_origins.iter().any(|o| o == "*");
+        let origin = if any {
             AllowOrigin::any()
         } else {
             AllowOrigin::list(self.cors_origins.iter().filter_map(|o| HeaderValue::from_str(o.trim_end_matches('/')).ok()))
         };
+        // Listed origins may send the gateway's session cookies (DeerFlow's UI fetches with
+        // `credentials: "include"`); browsers never allow credentials with a wildcard origin.
+        let layer = if any { CorsLayer::new() } else { CorsLayer::new().allow_credentials(true) };
         Some(
-            CorsLayer::new()
+            layer
                 .allow_origin(origin)
                 .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE, Method::OPTIONS])
                 // Mirrored rather than `*`: browsers never let a wildcard cover Authorization.
@@ -101,6 +109,72 @@ impl EdgeConfig {
                 .expose_headers([header::CONTENT_LOCATION, header::LOCATION, HeaderName::from_static("retry-after")])
                 .max_age(std::time::Duration::from_secs(self.cors_max_age_secs)),
         )
+    }
+}
+
+/// `edge.gateway`: the settings of DeerFlow's gateway routes that are the edge's own (everything else
+/// they serve is the owning service's: upload limits are the sandbox's, models the models service's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Follow-up suggestions (`GET /api/suggestions/config`, `POST /api/threads/{id}/suggestions`).
+    pub suggestions: SuggestionsConfig,
+    /// How long a browser session (the `access_token` and `csrf_token` cookies set by
+    /// `POST /api/v1/auth/login/local`) lasts, in seconds, when the login asked to be remembered;
+    /// otherwise the cookies end with the browser session.
+    pub session_max_age_secs: u64,
+    /// Directory where a multipart upload is spooled while it arrives (UploadFiles declares every
+    /// file's size before its bytes, and browsers do not send part sizes). Empty: the system's
+    /// temporary directory. Each spooled file is removed when the request ends.
+    pub upload_spool_dir: String,
+    /// Largest `.skill` archive the artifacts route opens to preview a member
+    /// (`GET …/artifacts/…/x.skill/SKILL.md`), in bytes; the member itself is capped at 16 MiB.
+    pub skill_preview_max_bytes: u64,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            suggestions: SuggestionsConfig::default(),
+            session_max_age_secs: 7 * 86_400,
+            upload_spool_dir: String::new(),
+            skill_preview_max_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// `edge.gateway.suggestions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SuggestionsConfig {
+    /// Whether follow-up questions are generated (off: the config route says so and the route answers
+    /// an empty list, as DeerFlow does).
+    pub enabled: bool,
+    /// Most questions one call returns (a request's `n` is clamped to it), 1–5 (DeerFlow's range).
+    pub max_suggestions: u32,
+    /// The model that writes them (a configured model name). Empty: the request's `model_name`, else
+    /// the models service's default model.
+    pub model: String,
+}
+
+impl Default for SuggestionsConfig {
+    fn default() -> Self {
+        Self { enabled: true, max_suggestions: 3, model: String::new() }
+    }
+}
+
+impl GatewayConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_range("edge.gateway.suggestions.max_suggestions", self.suggestions.max_suggestions.into(), 1, 5)?;
+        check_range("edge.gateway.session_max_age_secs", self.session_max_age_secs, 60, 366 * 86_400)?;
+        check_range("edge.gateway.skill_preview_max_bytes", self.skill_preview_max_bytes, 1024, 1 << 30)?;
+        if !self.upload_spool_dir.is_empty() && !std::path::Path::new(&self.upload_spool_dir).is_absolute() {
+            return Err(ConfigError::Invalid {
+                path: "edge.gateway.upload_spool_dir".to_owned(),
+                message: format!("`{}` must be an absolute path (or empty for the system's temporary directory)", self.upload_spool_dir),
+            });
+        }
+        Ok(())
     }
 }
 

@@ -153,14 +153,18 @@ pub fn json_response(value: &serde_json::Value) -> Response {
     response
 }
 
-/// Paths served without credentials: liveness and the server's description (no user data).
+/// Paths served without credentials: liveness and the server's description (no user data), and the
+/// gateway's sign-in routes (which check the credential they are given themselves).
 fn is_public(path: &str) -> bool {
-    matches!(path, "/ok" | "/info")
+    matches!(path, "/ok" | "/info") || crate::gateway::auth::is_public(path)
 }
 
 /// The `endpoint` label of `antler_langgraph_requests_total`: a fixed word per kind of call (the
 /// LangGraph API under `/api/` counts as at the root).
 pub fn endpoint_of(path: &str) -> &'static str {
+    if crate::gateway::is_gateway_path(path) {
+        return "gateway";
+    }
     let path = path.strip_prefix(crate::langgraph::routes::API_PREFIX).filter(|p| p.starts_with('/')).unwrap_or(path);
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
@@ -197,7 +201,12 @@ async fn admit(edge: Arc<Edge>, mut request: Request, next: Next) -> Response {
     let identity = if is_public(request.uri().path()) {
         Identity::local("anonymous")
     } else {
-        match edge.authenticate(request.headers()) {
+        // A browser signed in through the gateway presents its session cookie instead of a key.
+        let session = match crate::gateway::session::cookie_headers(edge.auth.enabled(), request.method(), request.headers()) {
+            Ok(session) => session,
+            Err(error) => return error.into_response(),
+        };
+        match edge.authenticate(session.as_ref().unwrap_or(request.headers())) {
             Ok(identity) => identity,
             Err(error) => return error.into_response(),
         }
@@ -223,5 +232,6 @@ mod tests {
         assert_eq!(endpoint_of("/api/threads/t-1/runs/r-1/stream"), "stream");
         assert_eq!(endpoint_of("/api/threads/t-1/messages/page"), "history");
         assert_eq!(endpoint_of("/apiary"), "other");
+        assert_eq!(endpoint_of("/api/threads/t-1/uploads/list"), "gateway");
     }
 }

@@ -7,11 +7,13 @@
 //!
 //! Files: `server.rs` (the listener), `edge.rs` (shared state, the gate: limits, auth, tracing),
 //! `error.rs` (HTTP errors and the gRPC → HTTP table), `request.rs` (bodies and queries),
-//! `config.rs` (the `edge` section), `langgraph/` (the LangGraph API: routes, run options, SSE).
+//! `config.rs` (the `edge` section), `langgraph/` (the LangGraph API: routes, run options, SSE),
+//! `gateway/` (DeerFlow's gateway routes: `/api/*` and `/api/v1/auth/*`).
 
 pub mod config;
 pub mod edge;
 pub mod error;
+pub mod gateway;
 pub mod langgraph;
 pub mod metrics_catalog;
 pub mod request;

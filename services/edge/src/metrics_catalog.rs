@@ -6,10 +6,10 @@ use antler_kit::metrics_catalog::{Catalogue, Family, Label};
 
 pub const CATALOGUE: Catalogue = &[Family::counter(
     "antler_langgraph_requests_total",
-    "Requests to the HTTP edge's LangGraph API, by endpoint and the HTTP status answered.",
+    "Requests to the HTTP edge (the LangGraph API, and DeerFlow's gateway routes as `gateway`), by endpoint and the HTTP status answered.",
 )
 .labels(&[
-    Label::known("endpoint", &["threads", "state", "history", "runs", "stream", "wait", "join", "cancel", "assistants", "system", "other"]),
+    Label::known("endpoint", &["threads", "state", "history", "runs", "stream", "wait", "join", "cancel", "assistants", "system", "gateway", "other"]),
     Label::runtime("status", "the HTTP status answered, known once a request is answered"),
 ])];
 

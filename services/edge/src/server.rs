@@ -42,7 +42,10 @@ pub async fn start(ctx: &ServiceContext) -> Result<Option<SocketAddr>, BoxError>
         ctx.shutdown.child_token(),
     )?);
     let cors = edge.config.cors();
-    let app = crate::langgraph::routes::router(edge.clone()).layer(axum::middleware::from_fn_with_state(edge.clone(), gate));
+    let app = crate::langgraph::routes::router(edge.clone())
+        // DeerFlow's gateway routes (`/api/*`, `/api/v1/auth/*`), behind the same gate.
+        .merge(crate::gateway::router(edge.clone()))
+        .layer(axum::middleware::from_fn_with_state(edge.clone(), gate));
     // Outside the gate: a browser's preflight carries no credentials and is answered here.
     let app = match cors {
         Some(cors) => app.layer(cors),
