@@ -427,7 +427,23 @@ def test_memory_facts_are_created_edited_and_deleted_per_user(server: Server) ->
         gone = http.delete(f"/api/memory/facts/{new['id']}")
         assert gone.status_code == 200 and all(f["id"] != new["id"] for f in gone.json()["facts"])
         not_found(http.patch(f"/api/memory/facts/fact_{'0' * 32}", json={"content": "nobody's"}))
-        assert http.delete("/api/memory").status_code == 501
+
+
+def test_clearing_memory_forgets_only_the_callers(server: Server) -> None:
+    with server.client(BOB) as bob:
+        assert bob.post("/api/memory/facts", json={"content": "Bob keeps bees"}).status_code == 200
+    with server.client() as http:
+        assert http.post("/api/memory/facts", json={"content": "Alice sails on weekends"}).status_code == 200
+        assert http.post("/api/memory/import", json={"version": "1.0", "user": {"topOfMind": {"summary": "A regatta"}}}).status_code == 200
+        cleared = http.delete("/api/memory")
+        assert cleared.status_code == 200, cleared.text
+        body = cleared.json()
+        assert body["facts"] == [] and body["user"]["topOfMind"]["summary"] == ""
+        assert body["cleared"]["facts_invalidated"] >= 1 and body["cleared"]["sections_cleared"] >= 1
+        assert http.get("/api/memory").json()["facts"] == []
+        refused(http.delete("/api/memory", params={"agent_name": "Not Valid"}), 422)
+    with server.client(BOB) as bob:
+        assert "Bob keeps bees" in [f["content"] for f in bob.get("/api/memory").json()["facts"]]
 
 
 def test_memory_exports_and_imports_memory_json_v1_and_v2(server: Server) -> None:

@@ -531,6 +531,13 @@ impl memory_service_server::MemoryService for MemoryApi {
         }))
     }
 
+    async fn clear_memory(&self, request: Request<ClearMemoryRequest>) -> Result<Response<ClearMemoryResponse>, Status> {
+        let scope = scope(&request, &request.get_ref().agent_name, &self.memory)?;
+        let (facts_invalidated, sections_cleared) = self.memory.clear(&scope, request.get_ref().keep_sections).await?;
+        tracing::info!(agent = %scope.agent, facts_invalidated, sections_cleared, "memory cleared");
+        Ok(Response::new(ClearMemoryResponse { facts_invalidated, sections_cleared }))
+    }
+
     async fn export_memory(&self, request: Request<ExportMemoryRequest>) -> Result<Response<ExportMemoryResponse>, Status> {
         let scope = scope(&request, &request.get_ref().agent_name, &self.memory)?;
         let r = request.into_inner();

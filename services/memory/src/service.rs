@@ -260,6 +260,27 @@ impl Memory {
         Ok((imported, skipped, sections_written, evicted))
     }
 
+    /// ClearMemory: invalidates every active fact of the scope (reason "cleared") and, unless
+    /// `keep_sections`, empties the user's summary sections, in one transaction.
+    pub async fn clear(&self, scope: &Scope, keep_sections: bool) -> Result<(u32, u32), MemoryError> {
+        let tx = self.store.tx().await?;
+        let live = facts::live(&*tx, scope).await?;
+        for fact in &live {
+            facts::invalidate(&*tx, fact.doc, "cleared", "").await?;
+        }
+        let sections = if keep_sections {
+            0
+        } else {
+            let empty: Vec<_> = profile::Section::ALL.into_iter().map(|section| (section, String::new(), None)).collect();
+            profile::write(&*tx, &scope.user, &empty).await?
+        };
+        if !live.is_empty() {
+            facts::bump_scope(&*tx, scope).await?;
+        }
+        tx.commit().await?;
+        Ok((u32::try_from(live.len()).unwrap_or(u32::MAX), sections))
+    }
+
     /// The sections and live facts of a scope, for ExportMemory.
     pub async fn export(&self, scope: &Scope) -> Result<(Profile, Vec<Fact>, i64), MemoryError> {
         let db = self.store.db();

@@ -8,7 +8,9 @@
 use std::sync::Arc;
 
 use antler_proto::memory::memory_service_client::MemoryServiceClient;
-use antler_proto::memory::{AddFactRequest, DeleteFactRequest, ExportMemoryRequest, FactCategory, ImportMemoryRequest, UpdateFactRequest};
+use antler_proto::memory::{
+    AddFactRequest, ClearMemoryRequest, DeleteFactRequest, ExportMemoryRequest, FactCategory, ImportMemoryRequest, UpdateFactRequest,
+};
 use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
@@ -226,9 +228,18 @@ pub async fn delete_fact(
     Ok(json_response(&document_of(&call, &agent).await?))
 }
 
-/// `DELETE /api/memory`: not served yet — MemoryService has no call that empties the summary sections.
-pub async fn clear() -> ApiError {
-    ApiError::unsupported_endpoint(
-        "clearing all memory: MemoryService cannot empty the summary sections; delete facts one by one (DELETE /api/memory/facts/{id})",
-    )
+/// `DELETE /api/memory` (ClearMemory): every active fact of the scope is invalidated and the summary
+/// sections emptied; answers the (empty) memory, with `cleared: {facts_invalidated, sections_cleared}`.
+pub async fn clear(
+    State(edge): State<Arc<Edge>>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let agent = agent_name(raw.as_deref());
+    let call = Call::new(&edge, "memory", &caller)?;
+    let reply =
+        client(&call).clear_memory(call.unary(ClearMemoryRequest { agent_name: agent.clone(), keep_sections: false })).await?.into_inner();
+    let mut memory = document_of(&call, &agent).await?;
+    memory["cleared"] = json!({ "facts_invalidated": reply.facts_invalidated, "sections_cleared": reply.sections_cleared });
+    Ok(json_response(&memory))
 }
