@@ -272,6 +272,7 @@ async fn empty_required_ids_name_the_field() -> anyhow::Result<()> {
         "run_id",
     );
     check(runs.get_token_usage(authed(GetTokenUsageRequest::default(), ALICE)).await.map(|_| ()), "GetTokenUsage", "thread_id");
+    check(runs.delete_feedback(authed(DeleteFeedbackRequest::default(), ALICE)).await.map(|_| ()), "DeleteFeedback", "run_id");
     check(threads.get_thread(authed(GetThreadRequest::default(), ALICE)).await.map(|_| ()), "GetThread", "thread_id");
     check(threads.update_thread(authed(UpdateThreadRequest::default(), ALICE)).await.map(|_| ()), "UpdateThread", "thread_id");
     check(threads.delete_thread(authed(DeleteThreadRequest::default(), ALICE)).await.map(|_| ()), "DeleteThread", "thread_id");
