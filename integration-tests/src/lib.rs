@@ -20,6 +20,7 @@ pub mod mcp;
 pub mod memory;
 pub mod metrics;
 pub mod otlp;
+pub mod provider_doubles;
 pub mod runs;
 pub mod tls;
 pub mod web_double;
