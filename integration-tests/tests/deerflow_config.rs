@@ -110,6 +110,7 @@ const APPLIED: &[&str] = &[
     "run_ownership",
     "guardrails",
     "llm_call",
+    "suggestions",
 ];
 
 /// Sections with no Antler feature: each is accepted and listed with its reason.
@@ -117,7 +118,6 @@ const NOT_APPLIED: &[&str] = &[
     "token_usage",
     "tool_groups",
     "tool_output",
-    "suggestions",
     "input_polish",
     "tool_progress",
     "read_before_write",
@@ -159,7 +159,7 @@ async fn antler_up_applies_or_lists_every_deerflow_section_once_and_config_check
     let lines = logged_lines(&stderr);
     let summaries: Vec<&str> = stderr.lines().filter(|l| l.contains("DeerFlow config.yaml (config_version 34)")).collect();
     assert_eq!(summaries.len(), 1, "the mapping is logged once: {summaries:#?}");
-    assert!(summaries[0].contains("22 sections applied, 24 accepted but not applied"), "{}", summaries[0]);
+    assert!(summaries[0].contains("23 sections applied, 23 accepted but not applied"), "{}", summaries[0]);
 
     for section in APPLIED {
         let found = about(&lines, section);
@@ -218,7 +218,7 @@ async fn antler_up_applies_or_lists_every_deerflow_section_once_and_config_check
     let printed: Vec<String> = stdout.lines().filter_map(|l| l.strip_prefix("#   ")).map(str::to_owned).collect();
     assert_eq!(printed, lines, "config check and start-up list the same mapping");
     assert!(
-        stdout.starts_with("# DeerFlow config.yaml (config_version 34): 22 sections applied, 24 accepted but not applied\n"),
+        stdout.starts_with("# DeerFlow config.yaml (config_version 34): 23 sections applied, 23 accepted but not applied\n"),
         "{stdout}"
     );
     // The translated file, resolved: DeerFlow's values under Antler's names.

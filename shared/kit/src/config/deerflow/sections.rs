@@ -17,7 +17,6 @@ fn not_applied_reason(section: &str) -> Option<&'static str> {
             "Antler bounds tool output where it is produced (sandbox.commands.output_max_chars, sandbox.files.read_max_chars, \
              mcp.calls.max_result_bytes) instead of moving large results to files"
         }
-        "suggestions" => "follow-up suggestions are made by DeerFlow's gateway for its UI; Antler does not generate them",
         "input_polish" => "a DeerFlow UI endpoint (/api/input-polish) that Antler does not serve",
         "tool_progress" => "Antler has no tool-progress state machine; loop_detection bounds repeated calls",
         "read_before_write" => "Antler's write_file and str_replace do not require an earlier read_file",
@@ -85,6 +84,7 @@ fn translate(ctx: &mut Ctx, name: &str, value: Value) -> Result<(), ConfigError>
         "run_ownership" => run_ownership(ctx, value),
         "guardrails" => guardrails(ctx, value),
         "llm_call" => llm_call(ctx, value),
+        "suggestions" => suggestions(ctx, value),
         _ => {
             ctx.line(Line::not_applied(
                 name,
@@ -808,5 +808,17 @@ fn llm_call(ctx: &mut Ctx, value: Value) -> Result<(), ConfigError> {
         "burst_retry_base_delay_ms" => Some("Antler honours the provider's Retry-After and otherwise backs off alike for every 429"),
         _ => None,
     });
+    Ok(())
+}
+
+fn suggestions(ctx: &mut Ctx, value: Value) -> Result<(), ConfigError> {
+    let mut reader = Reader::new("suggestions", value, ctx.lookup)?;
+    let mut targets = Vec::new();
+    let enabled = reader.bool("enabled")?.map(Value::from);
+    put(ctx, &mut targets, "edge.gateway.suggestions.enabled", enabled, "suggestions.enabled");
+    let max = reader.u64("max_suggestions")?.map(Value::from);
+    put(ctx, &mut targets, "edge.gateway.suggestions.max_suggestions", max, "suggestions.max_suggestions");
+    ctx.line(Line::applied("suggestions", Some("the HTTP edge's /api/threads/{id}/suggestions".to_owned()), &targets));
+    leftovers(ctx, &reader, &no_reason);
     Ok(())
 }

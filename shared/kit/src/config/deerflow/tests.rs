@@ -65,8 +65,10 @@ fn mapped_sections_land_in_antler_settings() -> Result<(), ConfigError> {
          skills: {path: ../skills, container_path: /mnt/skills}\n\
          run_ownership: {lease_seconds: 45, grace_seconds: 5, heartbeat_enabled: true}\n\
          database: {backend: postgres, postgres_url: $PG_URL, pool_size: 7}\n\
-         llm_call: {retry_base_delay_ms: 250, retry_cap_delay_ms: 4000, retry_max_attempts: 3}\n",
+         llm_call: {retry_base_delay_ms: 250, retry_cap_delay_ms: 4000, retry_max_attempts: 3}\n\
+         suggestions: {enabled: false, max_suggestions: 2}\n",
     )?;
+    assert_eq!(at(&section(&config, "edge"), "gateway.suggestions.max_suggestions").as_u64(), Some(2));
     let runs = section(&config, "runs");
     assert_eq!(config.server.log.filter, "warn,sqlx=warn");
     assert_eq!(at(&runs, "recursion_limit_max").as_u64(), Some(60));
