@@ -153,6 +153,13 @@ impl WriteSlot {
 
     /// Counts the hold that ends and passes the slot to the next waiter, or frees it.
     fn release(self: &Arc<Self>, priority: Priority, held: Duration) {
+        let kind = match priority {
+            Priority::Lifecycle => "lifecycle",
+            Priority::Admission => "admission",
+        };
+        // Sum and count: the writer's holding time and its write transactions, the SQLite ceiling of a
+        // replica's throughput (the runs README's benchmark reads both per run and per step).
+        metrics::histogram!("antler_runs_sqlite_write_seconds", "priority" => kind).record(held.as_secs_f64());
         let mut state = self.state();
         state.count(priority, held);
         loop {

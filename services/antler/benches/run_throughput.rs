@@ -1,0 +1,411 @@
+//! Throughput and CPU per run of `antler up` (issue #32): the server is the release `antler` binary in
+//! a process of its own (optionally pinned with `taskset`), the load is this process, so every CPU
+//! second counted for the server (`/proc/<pid>/stat`: all its threads, nothing else) is the server's.
+//!
+//! For each shape (lead runs with the `replay` model and no delays: a one-step run answers at once; a
+//! ten-turn run calls the no-op `write_todos` nine times, then answers: 19 steps, a step being each
+//! model call and each tool round), each number of runs in flight and each CPU set, it keeps that many
+//! `StreamRun`s going on `BENCH_CONNECTIONS` channels for a warm-up and then a measured window, and
+//! prints runs/s, steps/s, the run latency (StreamRun to END) at p50 / p99, server CPU per run, the
+//! SQLite writer's holding time and its transactions per run (the runs service's
+//! `antler_runs_sqlite_write_seconds`), database statements per run, and the client's own CPU. The
+//! last lines give the CPU per extra step (ten-turn minus one-step, over 18 steps) and the scaling
+//! ratio between CPU sets.
+//!
+//! Run: `cargo bench -p antler --bench run_throughput`. Environment (all optional):
+//! `BENCH_CPUS` — CPU sets for the server, `;`-separated `taskset -c` lists, `all` for none (default
+//! `all`; e.g. `1;0-1` on two cores: one core, then two); `BENCH_INFLIGHT` (default `64,256`);
+//! `BENCH_SHAPES` (turns per run, default `1,10`); `BENCH_SECS` (window, default 8);
+//! `BENCH_WARMUP_SECS` (default 2); `BENCH_CONNECTIONS` (default 8); `BENCH_DATABASE_URL` (an admin
+//! `postgres://` URL: each server gets a fresh database, dropped after); `ANTLER_BIN` (the server
+//! binary, default the `antler` this bench was built with); `BENCH_ADDR` + `BENCH_SERVER_PID` (drive a
+//! server that is already running, e.g. under a profiler, instead of starting one).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use antler_proto::common::{ContentPart, Message, Role, TextPart, content_part};
+use antler_proto::runs::run_event::Kind;
+use antler_proto::runs::run_service_client::RunServiceClient;
+use antler_proto::runs::{CreateRunRequest, RunConfig, RunStatus, StreamRunRequest};
+use anyhow::{Context, anyhow, bail};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_stream::StreamExt;
+use tonic::transport::Channel;
+
+#[path = "common/services.rs"]
+#[allow(dead_code)]
+mod services;
+
+use services::percentile;
+
+/// Model turns per run for each shape; the model is named after it (`turns1`, `turns10`).
+fn models_yaml(shapes: &[usize]) -> String {
+    let mut out = String::from("models:\n");
+    for &turns in shapes {
+        let mut script = String::new();
+        for i in 0..turns.saturating_sub(1) {
+            script.push_str(&format!(
+                "          - tool_calls:\n              - {{id: t{i}, name: write_todos, arguments: {{todos: [{{content: \"step {i}\", status: completed}}]}}}}\n            usage: {{input_tokens: 100, output_tokens: 10}}\n"
+            ));
+        }
+        script.push_str("          - text: done\n            usage: {input_tokens: 100, output_tokens: 1}\n");
+        out.push_str(&format!(
+            "  - name: turns{turns}\n    provider: replay\n    replay:\n      chunk_chars: 65536\n      after_last: cycle\n      turns:\n{script}"
+        ));
+    }
+    out
+}
+
+/// Steps of a run of `turns` model turns: each turn but the last also has a tool round.
+fn steps_of(turns: usize) -> usize {
+    2 * turns - 1
+}
+
+/// One server under test.
+struct Target {
+    addr: String,
+    pid: u32,
+    metrics: Option<String>,
+    child: Option<Child>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Target {
+    fn start(bin: &str, cpus: &str, database_url: &str, shapes: &[usize]) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("antler.yaml");
+        let yaml = format!(
+            "server:\n  shutdown_grace_secs: 2\n  reload_interval_ms: 0\n  concurrency_limit: 100000\n  metrics:\n    listen: 127.0.0.1:0\n  log:\n    filter: warn\n\
+             runs:\n  agent: lead\n  drain_secs: 0\n  max_concurrent_runs: 1000\n  max_streams: 100000\n  max_streams_per_user: 100000\n  database:\n    url: {database_url:?}\n\
+             sandbox:\n  provider: local\n{}",
+            models_yaml(shapes)
+        );
+        std::fs::write(&config, yaml)?;
+        let data = dir.path().join("data");
+        let mut command = if cpus == "all" {
+            Command::new(bin)
+        } else {
+            let mut taskset = Command::new("taskset");
+            taskset.args(["-c", cpus, bin]);
+            taskset
+        };
+        command
+            .args(["up", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(&data)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = command.spawn().with_context(|| format!("starting {bin}"))?;
+        let stdout = child.stdout.take().ok_or_else(|| anyhow!("no stdout"))?;
+        let mut lines = BufReader::new(stdout).lines();
+        let (mut addr, mut metrics) = (None, None);
+        while addr.is_none() || metrics.is_none() {
+            let line = lines.next().ok_or_else(|| anyhow!("antler up exited before it listened"))??;
+            if let Some(a) = line.split(" listening on ").nth(1) {
+                addr = Some(a.trim().to_owned());
+            } else if let Some(url) = line.trim().strip_prefix("metrics:") {
+                metrics = Some(url.trim().trim_start_matches("http://").trim_end_matches("/metrics").to_owned());
+            }
+        }
+        // Keep reading (and dropping) stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let pid = child.id();
+        Ok(Self { addr: addr.unwrap_or_default(), pid, metrics, child: Some(child), _dir: Some(dir) })
+    }
+
+    fn existing() -> anyhow::Result<Option<Self>> {
+        let Ok(addr) = std::env::var("BENCH_ADDR") else { return Ok(None) };
+        let pid = std::env::var("BENCH_SERVER_PID").context("BENCH_ADDR needs BENCH_SERVER_PID")?.parse()?;
+        Ok(Some(Self { addr, pid, metrics: std::env::var("BENCH_METRICS").ok(), child: None, _dir: None }))
+    }
+
+    fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            // SIGTERM: a graceful stop, so the data dir can go.
+            unsafe_free_kill(child.id());
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while child.try_wait()?.is_none() {
+                if Instant::now() > deadline {
+                    child.kill()?;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// SIGTERM through the `kill` command (the workspace forbids `unsafe`, and `libc::kill` is).
+fn unsafe_free_kill(pid: u32) {
+    let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+}
+
+/// CPU seconds a process (all its threads) has used: utime + stime from `/proc/<pid>/stat`.
+fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(") ").map(|(_, r)| r).ok_or_else(|| anyhow!("odd /proc/{pid}/stat"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+    Ok((ticks(11) + ticks(12)) / clock_ticks())
+}
+
+/// `getconf CLK_TCK` (100 on Linux almost always).
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// The sum of every sample of `name` (all label sets) in a Prometheus text scrape.
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{')))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
+async fn scrape(addr: &Option<String>) -> anyhow::Result<String> {
+    let Some(addr) = addr else { return Ok(String::new()) };
+    let mut stream = tokio::net::TcpStream::connect(addr.as_str()).await?;
+    stream.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await?;
+    Ok(body)
+}
+
+/// What the database side of the server did, from its metrics.
+#[derive(Default, Clone, Copy)]
+struct DbCounters {
+    statements: f64,
+    write_secs: f64,
+    writes: f64,
+}
+
+impl DbCounters {
+    fn read(text: &str) -> Self {
+        Self {
+            statements: metric_sum(text, "antler_runs_db_statements_total"),
+            write_secs: metric_sum(text, "antler_runs_sqlite_write_seconds_sum"),
+            writes: metric_sum(text, "antler_runs_sqlite_write_seconds_count"),
+        }
+    }
+
+    fn minus(self, before: Self) -> Self {
+        Self {
+            statements: self.statements - before.statements,
+            write_secs: self.write_secs - before.write_secs,
+            writes: self.writes - before.writes,
+        }
+    }
+}
+
+async fn one_run(mut client: RunServiceClient<Channel>, turns: usize) -> anyhow::Result<Duration> {
+    let create = CreateRunRequest {
+        input: vec![Message {
+            role: Role::User as i32,
+            content: vec![ContentPart { part: Some(content_part::Part::Text(TextPart { text: "go".to_owned() })) }],
+            ..Message::default()
+        }],
+        config: Some(RunConfig { model_name: format!("turns{turns}"), plan_mode: turns > 1, ..Default::default() }),
+        ..CreateRunRequest::default()
+    };
+    let started = Instant::now();
+    let mut stream = client.stream_run(StreamRunRequest { create: Some(create) }).await?.into_inner();
+    let mut status = RunStatus::Unspecified;
+    while let Some(item) = stream.next().await {
+        if let Some(Kind::End(end)) = item?.event.and_then(|e| e.kind) {
+            status = end.status();
+        }
+    }
+    if status != RunStatus::Success {
+        bail!("a run ended {status:?}");
+    }
+    Ok(started.elapsed())
+}
+
+/// What one measured window saw.
+struct Window {
+    runs: usize,
+    latencies: Vec<f64>,
+    secs: f64,
+    server_cpu: f64,
+    client_cpu: f64,
+    db: DbCounters,
+}
+
+/// Keeps `inflight` runs going for the warm-up and then the window.
+async fn window(
+    target: &Target,
+    channels: &[Channel],
+    turns: usize,
+    inflight: usize,
+    warmup: Duration,
+    secs: Duration,
+) -> anyhow::Result<Window> {
+    let measuring = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..inflight {
+        let client = RunServiceClient::new(channels[i % channels.len()].clone());
+        let (measuring, stop) = (measuring.clone(), stop.clone());
+        tasks.spawn(async move {
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let counted = measuring.load(Ordering::Relaxed);
+                let took = one_run(client.clone(), turns).await?;
+                // A run counts when it started and ended inside the window.
+                if counted && measuring.load(Ordering::Relaxed) {
+                    seen.push(took.as_secs_f64() * 1e3);
+                }
+            }
+            anyhow::Ok(seen)
+        });
+    }
+    tokio::time::sleep(warmup).await;
+    let (cpu0, client0, db0) = (cpu_secs(target.pid)?, cpu_secs(std::process::id())?, DbCounters::read(&scrape(&target.metrics).await?));
+    let started = Instant::now();
+    measuring.store(true, Ordering::Relaxed);
+    tokio::time::sleep(secs).await;
+    measuring.store(false, Ordering::Relaxed);
+    let elapsed = started.elapsed().as_secs_f64();
+    let (cpu1, client1, db1) = (cpu_secs(target.pid)?, cpu_secs(std::process::id())?, DbCounters::read(&scrape(&target.metrics).await?));
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        latencies.extend(done??);
+    }
+    latencies.sort_by(f64::total_cmp);
+    Ok(Window {
+        runs: latencies.len(),
+        latencies,
+        secs: elapsed,
+        server_cpu: cpu1 - cpu0,
+        client_cpu: client1 - client0,
+        db: db1.minus(db0),
+    })
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+fn main() -> anyhow::Result<()> {
+    let shapes: Vec<usize> = env_or("BENCH_SHAPES", "1,10").split(',').map(|s| s.trim().parse()).collect::<Result<_, _>>()?;
+    let inflights: Vec<usize> = env_or("BENCH_INFLIGHT", "64,256").split(',').map(|s| s.trim().parse()).collect::<Result<_, _>>()?;
+    let cpu_sets: Vec<String> = env_or("BENCH_CPUS", "all").split(';').map(|s| s.trim().to_owned()).collect();
+    let secs = Duration::from_secs_f64(env_or("BENCH_SECS", "8").parse()?);
+    let warmup = Duration::from_secs_f64(env_or("BENCH_WARMUP_SECS", "2").parse()?);
+    let connections: usize = env_or("BENCH_CONNECTIONS", "8").parse()?;
+    let bin = env_or("ANTLER_BIN", env!("CARGO_BIN_EXE_antler"));
+    if shapes.contains(&0) || inflights.contains(&0) || connections == 0 {
+        bail!("BENCH_SHAPES, BENCH_INFLIGHT and BENCH_CONNECTIONS must be positive");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let backend = if std::env::var("BENCH_DATABASE_URL").is_ok() { "PostgreSQL" } else { "SQLite" };
+    println!(
+        "run_throughput: lead runs with the replay model, {backend}, server `{bin}`, {connections} connections, {} s windows after {} s warm-up, {} cores here",
+        secs.as_secs_f64(),
+        warmup.as_secs_f64(),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+    );
+    println!(
+        "{:<6} {:>5} {:>4} | {:>8} {:>9} {:>8} {:>8} | {:>10} {:>9} | {:>9} {:>9} {:>8} | {:>9}",
+        "cpus",
+        "turns",
+        "c",
+        "runs/s",
+        "steps/s",
+        "p50 ms",
+        "p99 ms",
+        "cpu ms/run",
+        "cpu cores",
+        "writer ms",
+        "writes",
+        "stmts",
+        "client cpu"
+    );
+    let mut per_run: Vec<(String, usize, usize, f64, f64)> = Vec::new();
+    for cpus in &cpu_sets {
+        for &inflight in &inflights {
+            for &turns in &shapes {
+                let (url, created) = runtime.block_on(services::database("throughput"))?;
+                let target = match Target::existing()? {
+                    Some(target) => target,
+                    None => Target::start(&bin, cpus, &url, &shapes)?,
+                };
+                let channels: Vec<Channel> = runtime.block_on(async {
+                    let mut channels = Vec::new();
+                    for _ in 0..connections {
+                        channels.push(tonic::transport::Endpoint::from_shared(format!("http://{}", target.addr))?.connect().await?);
+                    }
+                    anyhow::Ok(channels)
+                })?;
+                let w = runtime.block_on(window(&target, &channels, turns, inflight, warmup, secs))?;
+                drop(channels);
+                target.stop()?;
+                runtime.block_on(services::drop_database(created))?;
+                let runs = w.runs.max(1) as f64;
+                let rate = w.runs as f64 / w.secs;
+                println!(
+                    "{:<6} {:>5} {:>4} | {:>8.0} {:>9.0} {:>8.2} {:>8.2} | {:>10.3} {:>9.2} | {:>9.3} {:>9.2} {:>8.1} | {:>9.2}",
+                    cpus,
+                    turns,
+                    inflight,
+                    rate,
+                    rate * steps_of(turns) as f64,
+                    percentile(&w.latencies, 0.5),
+                    percentile(&w.latencies, 0.99),
+                    w.server_cpu * 1e3 / runs,
+                    w.server_cpu / w.secs,
+                    w.db.write_secs * 1e3 / runs,
+                    w.db.writes / runs,
+                    w.db.statements / runs,
+                    w.client_cpu / w.secs,
+                );
+                per_run.push((cpus.clone(), inflight, turns, w.server_cpu * 1e3 / runs, rate));
+            }
+        }
+    }
+    println!(
+        "(writer ms and writes: the SQLite write slot's holding time and transactions per run; stmts: database statements per run; cpu cores: server CPU seconds per second)"
+    );
+    // CPU per extra step: the ten-turn shape against the one-step shape at the same load and CPUs.
+    for (cpus, inflight, turns, cpu, _) in &per_run {
+        if *turns == 1 {
+            for (c2, i2, t2, cpu2, _) in &per_run {
+                if c2 == cpus && i2 == inflight && *t2 > 1 {
+                    let extra = (steps_of(*t2) - 1) as f64;
+                    println!(
+                        "cpus {cpus}, c={inflight}: {:.3} ms of server CPU per extra step ({t2}-turn vs 1-step)",
+                        (cpu2 - cpu) / extra
+                    );
+                }
+            }
+        }
+    }
+    // Scaling: each CPU set's rate against the first one's, per shape and load.
+    if cpu_sets.len() > 1 {
+        for (cpus, inflight, turns, _, rate) in per_run.iter().filter(|r| r.0 != cpu_sets[0]) {
+            if let Some((_, _, _, _, base)) = per_run.iter().find(|r| r.0 == cpu_sets[0] && r.1 == *inflight && r.2 == *turns) {
+                println!("scaling: cpus {cpus} vs {} ({turns} turns, c={inflight}): {:.2}x", cpu_sets[0], rate / base);
+            }
+        }
+    }
+    Ok(())
+}
