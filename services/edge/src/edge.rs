@@ -14,6 +14,7 @@ use antler_kit::Identity;
 use antler_kit::auth::{AuthError, Authenticator};
 use antler_kit::client::{CallContext, Clients, ServiceClient};
 use antler_kit::trace_context::TraceContext;
+use antler_kit::transport::Transport;
 use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::thread_service_client::ThreadServiceClient;
 use axum::extract::{Request, State};
@@ -22,7 +23,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 use tracing::Instrument;
 
 use crate::config::EdgeConfig;
@@ -81,11 +81,11 @@ impl Edge {
         Ok(Self { config, assistant, context_keys, auth, shutdown, clients, runs, permits })
     }
 
-    pub fn runs(&self) -> RunServiceClient<Channel> {
+    pub fn runs(&self) -> RunServiceClient<Transport> {
         RunServiceClient::new(self.runs.channel())
     }
 
-    pub fn threads(&self) -> ThreadServiceClient<Channel> {
+    pub fn threads(&self) -> ThreadServiceClient<Transport> {
         ThreadServiceClient::new(self.runs.channel())
     }
 

@@ -178,6 +178,8 @@ pub async fn run(program: &str, args: &ServeArgs, services: &[Registration]) -> 
     for service in services {
         (service.register)(&mut set, &ctx).await.map_err(|e| RunError::Service { service: service.name, message: e.to_string() })?;
     }
+    // The services of this process call each other through its server stack in memory.
+    set.serve_locally(ctx.clients.local_server());
 
     println!("{program} listening on {local_addr}");
     println!("  services: {}", set.names().join(", "));

@@ -19,6 +19,7 @@ use crate::config::{ClientConfig, ClientsConfig, Config, ConfigError};
 use crate::status::{is_retryable, retry_after};
 use crate::tls::{ClientTls, Fields, ServerTls};
 use crate::trace_context::{TRACEPARENT, TraceContext};
+use crate::transport::{LocalServer, Transport};
 
 /// Who a call is made for, and in which trace: taken from the incoming request a handler is serving.
 #[derive(Debug, Clone)]
@@ -75,13 +76,24 @@ impl CallContext {
 pub struct ServiceClient {
     channel: Channel,
     config: ClientConfig,
-    /// The endpoint is this very process (`antler up`): calls carry the process's internal mark.
+    /// The endpoint is this very process (`antler up`): calls carry the process's internal mark, and
+    /// go through its server stack in memory once it serves (see [`crate::transport`]).
     same_process: bool,
+    local: Option<LocalServer>,
 }
 
 impl ServiceClient {
-    /// The channel, for building a generated client: `RunServiceClient::new(client.channel())`.
-    pub fn channel(&self) -> Channel {
+    /// The transport, for building a generated client: `RunServiceClient::new(client.channel())`. For
+    /// this process's own services, its server stack in memory once it serves; else the channel.
+    pub fn channel(&self) -> Transport {
+        match self.local.as_ref().and_then(LocalServer::get) {
+            Some(local) => Transport::Local(local),
+            None => Transport::Channel(self.channel.clone()),
+        }
+    }
+
+    /// The network channel, whatever the endpoint (for a caller that must use the socket).
+    pub fn network_channel(&self) -> Channel {
         self.channel.clone()
     }
 
@@ -161,6 +173,8 @@ pub struct Clients {
     // Shared: every run's context carries the clients, and a copy of the map per run was ~1.4 KiB
     // of a waiting run's memory.
     clients: Arc<HashMap<&'static str, ServiceClient>>,
+    /// This process's server stack, for the clients whose endpoint is this process.
+    local: LocalServer,
 }
 
 impl Clients {
@@ -191,6 +205,7 @@ impl Clients {
         shutdown: Option<&CancellationToken>,
     ) -> Result<Self, ConfigError> {
         let own = loopback_form(own_addr);
+        let local = LocalServer::default();
         let mut clients = HashMap::new();
         for (name, client) in config.iter() {
             let same_process = client.endpoint.is_empty();
@@ -213,9 +228,16 @@ impl Clients {
                 Some(tls) => tls.channel(endpoint),
                 None => endpoint.connect_lazy(),
             };
-            clients.insert(name, ServiceClient { channel, config: client.clone(), same_process });
+            let local = same_process.then(|| local.clone());
+            clients.insert(name, ServiceClient { channel, config: client.clone(), same_process, local });
         }
-        Ok(Self { clients: Arc::new(clients) })
+        Ok(Self { clients: Arc::new(clients), local })
+    }
+
+    /// The server stack the clients of this process's own services call in memory: the server fills
+    /// it when it serves (see [`crate::server::ServiceSet::serve_locally`]).
+    pub fn local_server(&self) -> LocalServer {
+        self.local.clone()
     }
 
     /// The client of one service: `runs`, `sandbox`, `mcp`, `models` or `memory`.

@@ -23,6 +23,7 @@ pub mod status;
 pub mod telemetry;
 pub mod tls;
 pub mod trace_context;
+pub mod transport;
 
 pub use auth::{Authenticator, Identity};
 pub use client::{CallContext, Clients};

@@ -30,6 +30,7 @@ use crate::message_size::MessageSizeLayer;
 use crate::redact::RedactLayer;
 use crate::tls::ServerTls;
 use crate::trace_context::TraceLayer;
+use crate::transport::{LocalServer, LocalService};
 
 /// Failures of start-up or serving.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +87,8 @@ pub struct ServiceSet {
     drains: Vec<futures::future::BoxFuture<'static, ()>>,
     /// Methods exempt from `server.default_deadline_secs` (see [`crate::deadline`]).
     waits: Vec<&'static str>,
+    /// Filled with the server stack while serving: this process's clients call it in memory.
+    local: Option<LocalServer>,
 }
 
 impl std::fmt::Debug for ServiceSet {
@@ -103,7 +106,16 @@ impl ServiceSet {
             max_message_bytes: config.max_message_bytes,
             drains: Vec::new(),
             waits: Vec::new(),
+            local: None,
         }
+    }
+
+    /// While the server serves, `local` holds its whole stack (every layer, then the routes), which the
+    /// clients of this process's own services call in memory instead of over loopback (see
+    /// [`crate::transport`]); it is emptied when serving ends.
+    pub fn serve_locally(&mut self, local: LocalServer) -> &mut Self {
+        self.local = Some(local);
+        self
     }
 
     /// Work the server waits for during shutdown (bounded by `server.shutdown_grace_secs`), for
@@ -211,7 +223,7 @@ pub async fn serve_with_tls(
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
-    let ServiceSet { mut routes, names, drains, waits, .. } = services;
+    let ServiceSet { mut routes, names, drains, waits, local, .. } = services;
     // Stops the health-only listener when this function returns, not at the signal: during the
     // drain it keeps answering NOT_SERVING, as the main listener does.
     let health_only = CancellationToken::new();
@@ -238,7 +250,13 @@ pub async fn serve_with_tls(
         .layer(ConcurrencyLayer::new(config.concurrency_limit, config.internal_concurrency_limit))
         .layer(DeadlineLayer::new(config.default_deadline_secs, waits))
         .layer(MessageSizeLayer::new(config.max_message_bytes));
-    let router = builder.layer(layers).add_routes(routes.routes());
+    let routes = routes.routes();
+    // Cleared when this function returns, whichever way: calls after that go to the socket and fail.
+    let _stop_local = local.as_ref().map(|local| {
+        local.install(LocalService::new(layers.clone().service(routes.clone())));
+        StopLocal(local.clone())
+    });
+    let router = builder.layer(layers).add_routes(routes);
 
     let addr = listener.local_addr().ok();
     let draining = {
@@ -296,6 +314,15 @@ pub async fn serve_with_tls(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Empties a [`LocalServer`] when dropped.
+struct StopLocal(LocalServer);
+
+impl Drop for StopLocal {
+    fn drop(&mut self) {
+        self.0.clear();
+    }
 }
 
 /// `server.health_listen`: plaintext, `grpc.health.v1.Health` only (no reflection, no auth: health

@@ -9,7 +9,6 @@ use antler_kit::client::ServiceClient;
 use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
 use antler_proto::sandbox::{AcquireSandboxRequest, ReleaseSandboxRequest, SnapshotOutputsRequest};
 use tokio::sync::OnceCell;
-use tonic::transport::Channel;
 
 use super::state::Todo;
 use super::tool_error::ToolError;
@@ -117,7 +116,7 @@ impl RunEnv {
     }
 
     /// The sandbox service client, acquiring the thread's sandbox on first use.
-    pub async fn sandbox(&self) -> Result<(SandboxServiceClient<Channel>, &ServiceClient), ToolError> {
+    pub async fn sandbox(&self) -> Result<(SandboxServiceClient<antler_kit::transport::Transport>, &ServiceClient), ToolError> {
         let client = self.ctx.clients().get("sandbox").ok_or(ToolError::NoSandboxClient)?;
         let mut grpc = SandboxServiceClient::new(client.channel());
         self.sandbox

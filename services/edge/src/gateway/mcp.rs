@@ -18,7 +18,6 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
-use tonic::transport::Channel;
 
 use super::Call;
 use crate::edge::{Caller, Edge, json_response};
@@ -44,7 +43,7 @@ fn status(value: i32) -> &'static str {
     }
 }
 
-fn client(call: &Call) -> McpServiceClient<Channel> {
+fn client(call: &Call) -> McpServiceClient<antler_kit::transport::Transport> {
     McpServiceClient::new(call.channel())
 }
 

@@ -17,14 +17,13 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
-use tonic::transport::Channel;
 
 use super::{Call, refused};
 use crate::edge::{Caller, Edge, json_response};
 use crate::error::ApiError;
 use crate::request::{Fields, Query, read_body};
 
-fn client(call: &Call) -> MemoryServiceClient<Channel> {
+fn client(call: &Call) -> MemoryServiceClient<antler_kit::transport::Transport> {
     MemoryServiceClient::new(call.channel())
 }
 

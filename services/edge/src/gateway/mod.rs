@@ -32,7 +32,6 @@ use std::sync::Arc;
 use antler_kit::client::{CallContext, ServiceClient};
 use axum::Router;
 use axum::routing::{any, get, post};
-use tonic::transport::Channel;
 
 use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
@@ -184,7 +183,7 @@ impl Call {
         Ok(Self { client, context: caller.context() })
     }
 
-    pub fn channel(&self) -> Channel {
+    pub fn channel(&self) -> antler_kit::transport::Transport {
         self.client.channel()
     }
 

@@ -48,7 +48,7 @@ fn skill_json(skill: &Skill) -> Map<String, Value> {
     out
 }
 
-fn client(call: &Call) -> SkillServiceClient<tonic::transport::Channel> {
+fn client(call: &Call) -> SkillServiceClient<antler_kit::transport::Transport> {
     SkillServiceClient::new(call.channel())
 }
 

@@ -87,7 +87,7 @@ mod sandbox {
     use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
     use antler_proto::sandbox::{AcquireSandboxRequest, ReadFileRequest, WriteFileRequest, write_file_request};
 
-    type Grpc = SandboxServiceClient<tonic::transport::Channel>;
+    type Grpc = SandboxServiceClient<antler_kit::transport::Transport>;
 
     fn client(ctx: &AgentContext) -> Result<(&antler_kit::client::ServiceClient, Grpc), tonic::Status> {
         let client = ctx.clients().get("sandbox").ok_or_else(|| tonic::Status::unavailable("no sandbox client"))?;
