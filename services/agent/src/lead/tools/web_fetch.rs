@@ -1,13 +1,14 @@
 //! `web_fetch` (`runs.lead.web.fetch`): a page as text the model reads. The direct fetcher (the
 //! default) checks every hop against the SSRF rules (`web/ssrf.rs`), keeps to the time, size and
 //! content-type limits, and converts: HTML to Markdown of the main content, plain text and JSON as
-//! they are. Images are saved into the workspace for `view_image`; a PDF is saved there too, with a
-//! note that it could not be converted (the document converter is not wired to web_fetch yet). Jina
-//! Reader and Firecrawl fetch and convert on their side instead. Long text is cut with a marker.
+//! they are. Images are saved into the workspace for `view_image`; a PDF is saved there too and
+//! converted by the sandbox's document converter (ConvertDocument: a child process without network),
+//! whose Markdown is the answer. Jina Reader and Firecrawl fetch and convert on their side instead.
+//! Long text is cut with a marker.
 
 use std::time::Instant;
 
-use antler_proto::sandbox::{WriteFileRequest, write_file_request};
+use antler_proto::sandbox::{ConvertDocumentRequest, ReadFileRequest, WriteFileRequest, write_file_request};
 use futures::future::BoxFuture;
 use reqwest::Url;
 use serde_json::{Value, json};
@@ -136,7 +137,7 @@ impl WebFetch {
         Ok(Fetched::Text(cut(out, self.cut_chars)))
     }
 
-    /// Saves a fetched image or PDF into the thread's workspace.
+    /// Saves a fetched image or PDF into the thread's workspace; a PDF is then converted there.
     async fn save(&self, env: &RunEnv, url: &str, media_type: &str, bytes: Vec<u8>) -> Result<ToolOutput, ToolError> {
         let path = save_path(url, media_type);
         let size = bytes.len();
@@ -150,16 +151,49 @@ impl WebFetch {
         if let Err(status) = grpc.write_file(client.request(&env.ctx.call_context(), request)).await {
             return sandbox_failure(status);
         }
-        Ok(if media_type == "application/pdf" {
-            ToolOutput::error(format!(
-                "Error: {url} is a PDF ({size} bytes); PDF conversion is not available in web_fetch yet. The file was saved to \
-                 {path}; read it with other tools if the sandbox has them."
-            ))
-        } else {
-            ToolOutput::ok(format!(
-                "Saved the image {url} ({media_type}, {size} bytes) to {path}. Call view_image with that path to look at it."
-            ))
-        })
+        if media_type == "application/pdf" {
+            return self.convert_pdf(env, url, &path, size).await;
+        }
+        Ok(ToolOutput::ok(format!(
+            "Saved the image {url} ({media_type}, {size} bytes) to {path}. Call view_image with that path to look at it."
+        )))
+    }
+
+    /// Converts a saved PDF with the sandbox's document converter (ConvertDocument, which runs it in
+    /// an isolated child process) and answers its Markdown.
+    async fn convert_pdf(&self, env: &RunEnv, url: &str, path: &str, size: usize) -> Result<ToolOutput, ToolError> {
+        use tonic::Code;
+        let (mut grpc, client) = env.sandbox().await?;
+        let request = ConvertDocumentRequest { thread_id: env.thread_id().to_owned(), path: path.to_owned() };
+        let converted = match grpc.convert_document(client.request(&env.ctx.call_context(), request)).await {
+            Ok(response) => response.into_inner(),
+            Err(status) if status.code() == Code::Unimplemented => {
+                return Ok(ToolOutput::error(format!(
+                    "Error: {url} is a PDF ({size} bytes), saved to {path}; PDF conversion is not available (this sandbox \
+                     service has no document converter)."
+                )));
+            }
+            Err(status)
+                if matches!(
+                    status.code(),
+                    Code::InvalidArgument | Code::FailedPrecondition | Code::ResourceExhausted | Code::Internal | Code::NotFound
+                ) =>
+            {
+                return Ok(ToolOutput::error(format!(
+                    "Error: {url} is a PDF ({size} bytes), saved to {path}, and it could not be converted: {}",
+                    status.message()
+                )));
+            }
+            Err(status) => return Err(ToolError::Sandbox(status)),
+        };
+        let markdown = converted.markdown.map(|m| m.virtual_path).unwrap_or_default();
+        let request = ReadFileRequest { thread_id: env.thread_id().to_owned(), path: markdown.clone(), ..Default::default() };
+        let content = match grpc.read_file(client.request(&env.ctx.call_context(), request)).await {
+            Ok(response) => response.into_inner().content,
+            Err(status) => return sandbox_failure(status),
+        };
+        let text = format!("Source: {url}\n(a PDF of {size} bytes, saved to {path}; its Markdown is {markdown})\n\n{content}");
+        Ok(ToolOutput::ok(cut(text, self.cut_chars)))
     }
 }
 
@@ -169,8 +203,8 @@ impl Tool for WebFetch {
     }
 
     fn description(&self) -> &'static str {
-        "Fetch a web page and read it. Pages come back as Markdown of their main content, text and JSON as they are; \
-         an image is saved into the workspace for view_image.\n\
+        "Fetch a web page and read it. Pages come back as Markdown of their main content, text and JSON as they are, \
+         a PDF as Markdown of its text; an image is saved into the workspace for view_image.\n\
          - Fetch only URLs the user gave you or that web_search, image_search or an earlier web_fetch returned, exactly \
          as they were given: do not invent URLs or add www.\n\
          - A URL must include its scheme: https://example.com, not example.com.\n\
