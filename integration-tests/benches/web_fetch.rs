@@ -35,21 +35,27 @@ fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// User + system CPU of process `pid` (`self` for this one), from /proc (10 ms ticks).
-fn cpu_of(pid: &str) -> Duration {
+/// Fields of `/proc/<pid>/stat` after the command name, as text (`fields[0]` is the state; some
+/// fields, such as tpgid, can be -1).
+fn stat_fields(pid: &str) -> Vec<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<u64> =
-        stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default().split_whitespace().filter_map(|f| f.parse().ok()).collect();
-    // After the state field (not numeric, skipped): utime is the 12th number, stime the 13th.
-    Duration::from_millis((fields.get(10).copied().unwrap_or(0) + fields.get(11).copied().unwrap_or(0)) * 10)
+    stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default().split_whitespace().map(str::to_owned).collect()
 }
 
-/// CPU of this process's reaped children (curl), from /proc/self/stat's cutime + cstime.
+/// The sum of `/proc/<pid>/stat` fields `indices` (10 ms ticks) as a duration.
+fn ticks(pid: &str, indices: [usize; 2]) -> Duration {
+    let fields = stat_fields(pid);
+    Duration::from_millis(indices.iter().filter_map(|&i| fields.get(i).and_then(|v| v.parse::<u64>().ok())).sum::<u64>() * 10)
+}
+
+/// User + system CPU of process `pid` (utime, stime).
+fn cpu_of(pid: &str) -> Duration {
+    ticks(pid, [11, 12])
+}
+
+/// CPU of this process's reaped children (curl): cutime + cstime.
 fn children_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<u64> =
-        stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or_default().split_whitespace().filter_map(|f| f.parse().ok()).collect();
-    Duration::from_millis((fields.get(12).copied().unwrap_or(0) + fields.get(13).copied().unwrap_or(0)) * 10)
+    ticks("self", [13, 14])
 }
 
 /// CPU of this process's threads named `prefix…`.
