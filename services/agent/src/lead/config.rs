@@ -23,6 +23,8 @@ pub struct LeadConfig {
     /// no tool calls) ends as.
     pub truncated_answer: TruncatedAnswer,
     /// The web tools (`web_search`, `web_fetch`, `image_search`); each is off until its block is set.
+    /// A `web:` with nothing under it (every block commented out) is the same as none.
+    #[serde(deserialize_with = "super::tools::web::config::null_as_default")]
     pub web: super::tools::web::config::WebConfig,
     /// What a run that asks for thinking on a model without `supports_thinking` does (see
     /// `thinking.rs`): `ignore` (run without it, say so in an event and a WARN line) or `refuse`.

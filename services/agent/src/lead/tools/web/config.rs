@@ -285,6 +285,11 @@ impl Default for FetchConfig {
     }
 }
 
+/// Reads `web:` with nothing under it (YAML null) as the default: every tool off.
+pub fn null_as_default<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<WebConfig, D::Error> {
+    Ok(Option::<WebConfig>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 fn invalid(path: String, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { path, message: message.into() }
 }
@@ -530,6 +535,13 @@ mod tests {
             let message = error(&parse(yaml), &[]);
             assert!(message.contains(field), "{yaml}: {message}");
         }
+    }
+
+    #[test]
+    fn a_web_key_with_nothing_under_it_switches_nothing_on() {
+        let lead: crate::lead::config::LeadConfig =
+            serde_yaml_ng::from_str("web:\n  # search: {provider: tavily}\n").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(lead.web, WebConfig::default());
     }
 
     #[test]
