@@ -215,3 +215,135 @@ async fn a_web_block_that_cannot_work_stops_the_start_naming_the_setting() -> Re
     }
     Ok(())
 }
+
+/// `examples/research.yaml` with what a test needs on top: the page it fetches is served on
+/// loopback, so the fetch block allowlists 127.0.0.1 on any port; `tavily` swaps the search block for
+/// the Tavily one, as the README says, pointed at the double.
+fn research_example(tavily: Option<&str>) -> Result<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/research.yaml");
+    let mut text = std::fs::read_to_string(&path)?;
+    let fetch = "        provider: direct           # Antler fetches the page itself; private addresses are refused\n";
+    ensure!(text.contains(fetch), "examples/research.yaml changed: no direct fetch line");
+    text = text.replace(fetch, &format!("{fetch}        allow_cidrs: [\"127.0.0.1/32\"]\n        ports: []\n"));
+    if let Some(base_url) = tavily {
+        let searxng = "      search:\n        provider: searxng\n        base_url: ${SEARXNG_URL:-http://localhost:8088}\n";
+        ensure!(text.contains(searxng), "examples/research.yaml changed: no SearXNG search block");
+        text = text.replace(searxng, &format!("      search:\n        provider: tavily\n        base_url: {base_url}\n"));
+    }
+    Ok(text)
+}
+
+/// Every `report.md` in an outputs directory under `root`.
+fn reports(root: &std::path::Path) -> Result<Vec<std::path::PathBuf>> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                stack.push(entry.path());
+            } else if entry.path().ends_with("user-data/outputs/report.md") {
+                found.push(entry.path());
+            }
+        }
+    }
+    Ok(found)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_research_example_delivers_its_report_with_searxng_and_with_tavily() -> Result<()> {
+    let pages = pages().await?;
+    let page = pages.url("/harbour.html");
+    let searxng = SearchDouble::start(Api::Searxng, "", vec![hit("Harbour reopens", &page, "Ferries are back.")]).await?;
+    let tavily = SearchDouble::start(Api::Tavily, TAVILY_KEY, vec![hit("Harbour reopens", &page, "Ferries are back.")]).await?;
+    for variant in ["searxng", "tavily"] {
+        let data = tempfile::tempdir()?;
+        let config = research_example((variant == "tavily").then(|| tavily.base_url()).as_deref())?;
+        let launch = Launch::new(["up"])
+            .config(config)
+            .data_dir(data.path())
+            .env("SEARXNG_URL", searxng.base_url())
+            .env("RESEARCH_URL", page.clone())
+            .env("TAVILY_API_KEY", TAVILY_KEY);
+        let server = start("antler", launch)?;
+        let output = tokio::process::Command::new(antler_integration_tests::binary("antler")?)
+            .args(["run", "Research the harbour reopening and write a cited report", "--model", "researcher"])
+            .args(["--expect", REPORT, "--addr", &server.url(), "--color", "never"])
+            .output()
+            .await?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let shown = format!("{variant}: {:?}\n{stdout}\n{}\n{}", output.status, String::from_utf8_lossy(&output.stderr), server.stderr());
+        ensure!(output.status.success(), "{shown}");
+        ensure!(
+            stdout.contains("delivery receipt: satisfied") && stdout.lines().any(|l| l.trim_end().ends_with("end: SUCCESS")),
+            "{shown}"
+        );
+        for tool in ["tool web_search(", "tool web_fetch(", "tool write_file(", "tool present_files("] {
+            ensure!(stdout.contains(tool), "{tool:?} missing\n{shown}");
+        }
+        println!("{variant}:\n{stdout}");
+        let written = reports(data.path())?;
+        ensure!(written.len() == 1, "{variant}: {written:?}");
+        let report = std::fs::read_to_string(&written[0])?;
+        ensure!(report.contains(&format!("1. {page}")), "the report cites the fetched page: {report}");
+    }
+    ensure!(
+        searxng.requests().len() == 1 && tavily.requests().len() == 1 && pages.requests().len() == 2,
+        "one search per run, one fetch each"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetched_pdf_comes_back_as_its_text_and_a_fetched_image_goes_to_view_image() -> Result<()> {
+    use antler_agent::lead::tools::web_fetch::save_path;
+    use antler_integration_tests::web_double::{PNG, simple_pdf};
+    let pages = PageServer::start(vec![
+        (
+            "/paper.pdf",
+            Answer::bytes(200, "application/pdf", simple_pdf(&["Tidal energy in small harbours", "Turbines produced 4.2 MWh a day."])),
+        ),
+        ("/fox.png", Answer::bytes(200, "image/png", PNG.to_vec())),
+    ])
+    .await?;
+    let (pdf, png) = (pages.url("/paper.pdf"), pages.url("/fox.png"));
+    let saved_png = save_path(&png, "image/png");
+    let models = format!(
+        r#"models:
+  models:
+    - name: reader
+      provider: replay
+      supports_vision: true
+      replay:
+        turns:
+          - tool_calls:
+              - {{id: f1, name: web_fetch, arguments: {{url: "{pdf}"}}}}
+              - {{id: f2, name: web_fetch, arguments: {{url: "{png}"}}}}
+          - tool_calls:
+              - {{id: v1, name: view_image, arguments: {{image_path: "{saved_png}"}}}}
+          - text: done
+"#
+    );
+    let searxng = SearchDouble::start(Api::Searxng, "", Vec::new()).await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let block = web_block(&format!("{{provider: searxng, base_url: \"{}\"}}", searxng.base_url()));
+    let server = start("antler", Launch::new(["up"]).config(agent_config(&db, &models, &block)))?;
+    let (mut runs, _) = clients(&server).await?;
+    let run = run_to_end(&mut runs, prompt_request("", "Read the paper and look at the fox"), T).await?;
+    let events = run_events(&mut runs, ALICE, &run.run_id).await?;
+    ensure!(run.status() == RunStatus::Success, "{:?}\n{:#?}\n{}", run.error, tool_finished(&events), server.stderr());
+
+    let paper = tool_result(&events, "f1");
+    ensure!(paper.starts_with(&format!("Source: {pdf}\n(a PDF of ")), "{paper}");
+    ensure!(paper.contains("/mnt/user-data/workspace/web/") && paper.contains("-paper.pdf"), "{paper}");
+    ensure!(
+        paper.contains("Tidal energy in small harbours") && paper.contains("Turbines produced 4.2 MWh a day."),
+        "the PDF's text: {paper}"
+    );
+
+    let fox = tool_result(&events, "f2");
+    ensure!(fox.contains(&format!("to {saved_png}")) && fox.contains("view_image"), "{fox}");
+    let viewed = tool_finished(&events).into_iter().find(|f| f.name == "view_image").map(|f| (f.is_error, f.result_summary));
+    ensure!(matches!(&viewed, Some((false, text)) if text.contains("Successfully read image")), "{viewed:?}");
+    Ok(())
+}
