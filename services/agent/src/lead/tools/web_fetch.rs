@@ -30,6 +30,8 @@ pub struct WebFetch {
     pub fetcher: Fetcher,
     pub cut_chars: usize,
     pub max_bytes: u64,
+    /// `fetch.timeout_ms`.
+    pub timeout: std::time::Duration,
 }
 
 /// What a fetch gave.
@@ -121,11 +123,13 @@ impl WebFetch {
         let refused = |r: super::web::ssrf::Refusal| (format!("refused {}: {r}", url_text(&parsed)), Some(r.rule.name()));
         policy.check_url(&parsed).map_err(refused)?;
         if let Some(url::Host::Domain(host)) = parsed.host() {
-            match policy.resolve(host, parsed.port_or_known_default().unwrap_or(443)).await {
-                Ok(_) => {}
-                Err(ResolveError::Refused(r)) => return Err(refused(r)),
+            // Bounded like the fetch: a resolver that hangs must not hold the call past its time.
+            let resolve = policy.resolve(host, parsed.port_or_known_default().unwrap_or(443));
+            match tokio::time::timeout(self.timeout, resolve).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(ResolveError::Refused(r))) => return Err(refused(r)),
                 // The reader resolves from its own network; a name we cannot resolve may still be one it can.
-                Err(ResolveError::Lookup(_)) => {}
+                Ok(Err(ResolveError::Lookup(_))) | Err(_) => {}
             }
         }
         let page = provider.fetch(&parsed).await.map_err(|e| (e.to_string(), None))?;

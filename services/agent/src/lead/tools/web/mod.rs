@@ -132,7 +132,12 @@ pub fn web_fetch(fetch: &FetchConfig, lookup: &dyn Fn(&str) -> Option<String>) -
             Fetcher::Reader { provider, policy: Arc::new(ssrf::Policy::new(&fetch.ports, &fetch.allow_hosts, &fetch.allow_cidrs)) }
         }
     };
-    Ok(super::web_fetch::WebFetch { fetcher, cut_chars: fetch.cut_chars as usize, max_bytes: fetch.max_bytes })
+    Ok(super::web_fetch::WebFetch {
+        fetcher,
+        cut_chars: fetch.cut_chars as usize,
+        max_bytes: fetch.max_bytes,
+        timeout: Duration::from_millis(fetch.timeout_ms),
+    })
 }
 
 /// `image_search` under one `image_search` block.
@@ -201,4 +206,49 @@ pub fn tools(config: &WebConfig) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
         built.remove(0);
     }
     Ok(tools)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lead::subagents::{SubagentDef, SubagentsConfig};
+    use crate::lead::tools::ToolSet;
+
+    fn configured() -> WebConfig {
+        WebConfig {
+            search: Some(SearchConfig::default()),
+            fetch: Some(FetchConfig::default()),
+            image_search: Some(ImageSearchConfig::default()),
+        }
+    }
+
+    #[test]
+    fn the_web_tools_follow_the_built_ins_and_per_agent_tool_lists_select_them() {
+        let mut tools = ToolSet::builtin(false);
+        tools.add_web(&configured()).unwrap_or_else(|e| panic!("{e}"));
+        let names = tools.names();
+        assert_eq!(names[names.len() - 3..], ["web_search", "web_fetch", "image_search"]);
+
+        let registry = SubagentsConfig::default().registry();
+        let mut general = tools.clone();
+        general.retain(|n| registry.get("general-purpose").is_some_and(|d| d.allows(n)));
+        assert!(["web_search", "web_fetch", "image_search"].iter().all(|t| general.get(t).is_some()), "{:?}", general.names());
+        let mut bash = tools.clone();
+        bash.retain(|n| registry.get("bash").is_some_and(|d| d.allows(n)));
+        assert!(bash.get("web_search").is_none(), "the bash type lists its tools: {:?}", bash.names());
+        let researcher = SubagentDef { tools: Some(vec!["web_search".to_owned(), "read_file".to_owned()]), ..SubagentDef::default() };
+        let mut custom = tools.clone();
+        custom.retain(|n| researcher.allows(n));
+        assert_eq!(custom.names(), ["read_file", "web_search"]);
+    }
+
+    #[test]
+    fn no_web_block_adds_no_tool_and_one_configuration_builds_its_clients_once() {
+        let mut tools = ToolSet::builtin(false);
+        tools.add_web(&WebConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(tools.get("web_search").is_none() && tools.get("web_fetch").is_none());
+        let first = super::tools(&configured()).unwrap_or_else(|e| panic!("{e}"));
+        let again = super::tools(&configured()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(first.iter().zip(&again).all(|(a, b)| Arc::ptr_eq(a, b)), "the cached tools are shared");
+    }
 }
