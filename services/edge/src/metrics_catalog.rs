@@ -9,7 +9,10 @@ pub const CATALOGUE: Catalogue = &[Family::counter(
     "Requests to the HTTP edge (the LangGraph API, and DeerFlow's gateway routes as `gateway`), by endpoint and the HTTP status answered.",
 )
 .labels(&[
-    Label::known("endpoint", &["threads", "state", "history", "runs", "stream", "wait", "join", "cancel", "assistants", "system", "gateway", "other"]),
+    Label::known(
+        "endpoint",
+        &["threads", "state", "history", "runs", "stream", "wait", "join", "cancel", "assistants", "system", "gateway", "other"],
+    ),
     Label::runtime("status", "the HTTP status answered, known once a request is answered"),
 ])];
 

@@ -303,7 +303,12 @@ impl Hub {
 
     /// UpdateConfig: computes the new `mcpServers` (replace or merge, masked secrets restored), checks
     /// every entry as a reload would, writes the file atomically and applies it.
-    pub async fn update_config(&self, user: &str, servers: Map<String, Value>, replace: bool) -> Result<(Map<String, Value>, ReloadReport)> {
+    pub async fn update_config(
+        &self,
+        user: &str,
+        servers: Map<String, Value>,
+        replace: bool,
+    ) -> Result<(Map<String, Value>, ReloadReport)> {
         self.require_operator(user, "change")?;
         let _edit = self.edit_lock.lock().await;
         let path = self.editable_file()?;
@@ -315,7 +320,12 @@ impl Hub {
         let config = self.config();
         let policy = config.policy();
         let lookup = |name: &str| std::env::var(name).ok();
-        let ctx = crate::extensions::EntryContext { policy: &policy, lookup: &lookup, max_call_timeout: config.max_call_timeout(), strict: false };
+        let ctx = crate::extensions::EntryContext {
+            policy: &policy,
+            lookup: &lookup,
+            max_call_timeout: config.max_call_timeout(),
+            strict: false,
+        };
         for (name, raw) in &next {
             crate::extensions::parse_entry(name, raw, ctx).map_err(|p| {
                 let field = if p.field.is_empty() { format!("servers.{name}") } else { format!("servers.{name}.{}", p.field) };
