@@ -10,7 +10,14 @@ use antler_kit::metrics_catalog::{Catalogue, Family, KIT, Kind};
 const DASHBOARD: &str = include_str!("../../../examples/grafana-dashboard.json");
 
 fn families() -> Vec<&'static Family> {
-    let services = [antler_runs::SERVICE, antler_sandbox::SERVICE, antler_mcp::SERVICE, antler_models::SERVICE, antler_memory::SERVICE, antler_edge::SERVICE];
+    let services = [
+        antler_runs::SERVICE,
+        antler_sandbox::SERVICE,
+        antler_mcp::SERVICE,
+        antler_models::SERVICE,
+        antler_memory::SERVICE,
+        antler_edge::SERVICE,
+    ];
     let catalogues: Vec<Catalogue> = std::iter::once(KIT).chain(services.iter().flat_map(|s| s.metrics.iter().copied())).collect();
     catalogues.into_iter().flat_map(|c| c.iter()).collect()
 }
