@@ -205,3 +205,192 @@ pub fn load(config: &Config) -> Result<(EdgeConfig, antler_runs::config::RunsCon
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
     load(config).map(|_| ())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use serde_json::Value;
+
+    use super::*;
+
+    /// Every key path of a section's defaults: each object walked, a leaf, list or null ends a path
+    /// (so `server.auth.jwt`, unset by default, is a key too).
+    fn key_paths(prefix: &str, value: &Value, out: &mut BTreeSet<String>) {
+        out.insert(prefix.to_owned());
+        if let Value::Object(map) = value {
+            for (key, value) in map {
+                key_paths(&format!("{prefix}.{key}"), value, out);
+            }
+        }
+    }
+
+    /// The settings this crate can know: its own section, the runs section it reads, and the shared
+    /// `server` and `clients` sections. Other services' keys (`sandbox.*`, `memory.*`) are theirs to check.
+    fn known_settings() -> BTreeSet<String> {
+        let mut known = BTreeSet::new();
+        let sections = [
+            ("edge", serde_json::to_value(EdgeConfig::default())),
+            ("runs", serde_json::to_value(antler_runs::config::RunsConfig::default())),
+            ("server", serde_json::to_value(antler_kit::config::ServerConfig::default())),
+            ("clients", serde_json::to_value(antler_kit::config::ClientsConfig::default())),
+        ];
+        for (name, value) in sections {
+            key_paths(name, &value.expect("a config section serialises to JSON"), &mut known);
+        }
+        known
+    }
+
+    /// The text of each string literal of a Rust source (comments, char literals and lifetimes are
+    /// skipped; raw strings read to their closing quote and hashes).
+    fn string_literals(source: &str) -> Vec<String> {
+        let chars: Vec<char> = source.chars().collect();
+        let (mut out, mut i) = (Vec::new(), 0);
+        while i < chars.len() {
+            match chars[i] {
+                '/' if chars.get(i + 1) == Some(&'/') => {
+                    while i < chars.len() && chars[i] != '\n' {
+                        i += 1;
+                    }
+                }
+                '/' if chars.get(i + 1) == Some(&'*') => {
+                    i += 2;
+                    while i + 1 < chars.len() && !(chars[i] == '*' && chars[i + 1] == '/') {
+                        i += 1;
+                    }
+                    i += 2;
+                }
+                // A char literal ('"', '\'', 'x'); anything else after a quote is a lifetime.
+                '\'' if chars.get(i + 1) == Some(&'\\') => {
+                    i += 2;
+                    while i < chars.len() && chars[i] != '\'' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                '\'' if chars.get(i + 2) == Some(&'\'') => i += 3,
+                'r' if matches!(chars.get(i + 1), Some('"' | '#'))
+                    && (i == 0 || !chars[i - 1].is_alphanumeric() && chars[i - 1] != '_') =>
+                {
+                    let mut j = i + 1;
+                    let mut hashes = 0;
+                    while chars.get(j) == Some(&'#') {
+                        hashes += 1;
+                        j += 1;
+                    }
+                    if chars.get(j) != Some(&'"') {
+                        i += 1;
+                        continue;
+                    }
+                    let start = j + 1;
+                    let mut end = start;
+                    while end < chars.len() && !(chars[end] == '"' && (0..hashes).all(|h| chars.get(end + 1 + h) == Some(&'#'))) {
+                        end += 1;
+                    }
+                    out.push(chars[start..end.min(chars.len())].iter().collect());
+                    i = end + 1 + hashes;
+                }
+                '"' => {
+                    let mut text = String::new();
+                    i += 1;
+                    while i < chars.len() && chars[i] != '"' {
+                        if chars[i] == '\\' {
+                            i += 1;
+                        }
+                        if let Some(c) = chars.get(i) {
+                            text.push(*c);
+                        }
+                        i += 1;
+                    }
+                    out.push(text);
+                    i += 1;
+                }
+                _ => i += 1,
+            }
+        }
+        out
+    }
+
+    /// The setting names (`edge.…`, `runs.…`, `server.…`, `clients.…`) a text mentions, a trailing
+    /// `.*` (a whole block) dropped.
+    fn settings_named(text: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for section in ["edge.", "runs.", "server.", "clients."] {
+            for (at, _) in text.match_indices(section) {
+                let before = text[..at].chars().next_back();
+                if before.is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | '-' | '/' | ':')) {
+                    continue;
+                }
+                let name: String =
+                    text[at..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '.')).collect();
+                let name = name.trim_end_matches('.');
+                // A file name (`edge.rs`, `memory.json`), not a setting.
+                let file = name.rsplit_once('.').is_some_and(|(_, ext)| matches!(ext, "rs" | "md" | "json" | "yaml" | "yml" | "py" | "js"));
+                if name.len() > section.len() && !file {
+                    found.push(name.to_owned());
+                }
+            }
+        }
+        found
+    }
+
+    fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).expect("the crate's src directory is readable").flatten().collect();
+        entries.sort_by_key(|e| e.path());
+        for entry in entries {
+            let path = entry.path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("a source file is UTF-8");
+                // The code before its tests: messages live there; tests hold deliberately wrong names.
+                let code = text.split("#[cfg(test)]").next().unwrap_or_default().to_owned();
+                out.push((path.display().to_string(), code));
+            }
+        }
+    }
+
+    /// The names in `text` that no configuration section defines.
+    fn unknown_settings(text: &str, known: &BTreeSet<String>) -> Vec<String> {
+        settings_named(text).into_iter().filter(|name| !known.contains(name)).collect()
+    }
+
+    #[test]
+    fn every_message_names_a_setting_that_exists() {
+        let known = known_settings();
+        assert!(known.contains("edge.max_body_bytes") && known.contains("edge.gateway.suggestions.max_suggestions"), "{known:?}");
+        // The checker itself: the old section's keys are not settings any more.
+        assert_eq!(
+            unknown_settings("larger than 5 bytes (runs.langgraph_api.max_body_bytes)", &known),
+            ["runs.langgraph_api.max_body_bytes"]
+        );
+        assert!(unknown_settings("see edge.rs and http://edge.example/ (edge.max_page)", &known).is_empty());
+
+        let mut files = Vec::new();
+        sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+        let mut named = BTreeSet::new();
+        let mut wrong = Vec::new();
+        for (path, text) in &files {
+            for literal in string_literals(text) {
+                named.extend(settings_named(&literal));
+                wrong.extend(unknown_settings(&literal, &known).into_iter().map(|name| format!("{path}: {name} in {literal:?}")));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "messages name settings that config.rs (or the runs/server/clients sections) do not define:\n{}",
+            wrong.join("\n")
+        );
+        // The scan saw the messages it guards (a broken scanner must not pass by finding nothing).
+        for expected in ["edge.max_body_bytes", "edge.max_concurrent_requests", "edge.max_page", "edge.listen"] {
+            assert!(named.contains(expected), "no message names {expected}; scanned {} files, found {named:?}", files.len());
+        }
+    }
+
+    #[test]
+    fn string_literals_are_read_past_comments_chars_and_raw_strings() {
+        let source = "// \"edge.commented\"\nlet a = '\"'; let b: &'static str = \"x \\\" edge.max_page\"; let c = r#\"raw \"edge.listen\"#; /* \"no\" */";
+        assert_eq!(string_literals(source), ["x \" edge.max_page", "raw \"edge.listen"]);
+    }
+}

@@ -28,6 +28,13 @@ impl ApiError {
         }
     }
 
+    /// The same refusal, naming the setting that sets its bound (`limit` past `edge.max_page`): a
+    /// person reading it learns which key to raise, not only that a number was too large.
+    pub fn naming_setting(mut self, setting: &str) -> Self {
+        self.detail = format!("{} ({setting})", self.detail);
+        self
+    }
+
     /// 422: `field` asks for a LangGraph capability Antler does not have; `why` says what instead.
     pub fn unsupported_option(field: &str, why: impl std::fmt::Display) -> Self {
         Self {
@@ -59,7 +66,7 @@ impl ApiError {
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
             format!(
-                "the request body is larger than {limit} bytes (runs.langgraph_api.max_body_bytes){}",
+                "the request body is larger than {limit} bytes (edge.max_body_bytes){}",
                 if size > 0 { format!(": {size} bytes") } else { String::new() }
             ),
         )
@@ -71,9 +78,7 @@ impl ApiError {
             ..Self::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "resource_exhausted",
-                format!(
-                    "{limit} requests are in progress on the LangGraph edge (runs.langgraph_api.max_concurrent_requests)\nhint: retry after 1 s"
-                ),
+                format!("{limit} requests are in progress on the HTTP edge (edge.max_concurrent_requests)\nhint: retry after 1 s"),
             )
         }
     }

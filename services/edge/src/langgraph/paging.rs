@@ -11,7 +11,7 @@ use crate::error::ApiError;
 const PAGE_SIZE: u32 = 200;
 
 /// Items `offset .. offset + limit` of a paged list. `fetch` returns one page's items and the next
-/// page token (empty at the end). Both bounds come from `runs.langgraph_api.max_offset` / `max_page`.
+/// page token (empty at the end). Both bounds come from `edge.max_offset` / `edge.max_page`.
 pub async fn window<T, F, Fut>(offset: usize, limit: usize, mut fetch: F) -> Result<Vec<T>, ApiError>
 where
     F: FnMut(PageRequest) -> Fut,

@@ -332,8 +332,10 @@ pub async fn list(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let query = Query::parse(raw.as_deref());
-    let limit = query.integer("limit", 1, edge.config.max_page.into())?.unwrap_or(10) as usize;
-    let offset = query.integer("offset", 0, edge.config.max_offset.into())?.unwrap_or(0) as usize;
+    let limit =
+        query.integer("limit", 1, edge.config.max_page.into()).map_err(|e| e.naming_setting("edge.max_page"))?.unwrap_or(10) as usize;
+    let offset =
+        query.integer("offset", 0, edge.config.max_offset.into()).map_err(|e| e.naming_setting("edge.max_offset"))?.unwrap_or(0) as usize;
     let statuses: Vec<i32> = match query.last("status") {
         None => Vec::new(),
         Some("pending") => vec![RunStatus::Pending as i32],

@@ -44,16 +44,16 @@ pub async fn search_assistants(
     let max_offset = u64::from(edge.config.max_offset);
     let (graph_id, name, metadata, limit, offset) = if method == Method::GET {
         let query = Query::parse(raw.as_deref());
-        let limit = query.integer("limit", 1, max)?.unwrap_or(10);
-        let offset = query.integer("offset", 0, max_offset)?.unwrap_or(0);
+        let limit = query.integer("limit", 1, max).map_err(|e| e.naming_setting("edge.max_page"))?.unwrap_or(10);
+        let offset = query.integer("offset", 0, max_offset).map_err(|e| e.naming_setting("edge.max_offset"))?.unwrap_or(0);
         (query.last("graph_id").map(str::to_owned), query.last("name").map(str::to_owned), None, limit, offset)
     } else {
         let mut fields = Fields::parse(&read_body(&headers, body, edge.config.max_body_bytes).await?)?;
         let graph_id = fields.string("graph_id")?;
         let name = fields.string("name")?;
         let metadata = fields.object("metadata")?;
-        let limit = fields.integer("limit", 1, max)?.unwrap_or(10);
-        let offset = fields.integer("offset", 0, max_offset)?.unwrap_or(0);
+        let limit = fields.integer("limit", 1, max).map_err(|e| e.naming_setting("edge.max_page"))?.unwrap_or(10);
+        let offset = fields.integer("offset", 0, max_offset).map_err(|e| e.naming_setting("edge.max_offset"))?.unwrap_or(0);
         // One assistant: any order is the order; which fields come back is all of them.
         fields.choice("sort_by", &["assistant_id", "graph_id", "name", "created_at", "updated_at"])?;
         fields.choice("sort_order", &["asc", "desc"])?;

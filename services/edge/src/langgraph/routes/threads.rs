@@ -163,8 +163,10 @@ pub async fn search(
     body: Body,
 ) -> Result<Response, ApiError> {
     let mut fields = Fields::parse(&read_body(&headers, body, edge.config.max_body_bytes).await?)?;
-    let limit = fields.integer("limit", 1, edge.config.max_page.into())?.unwrap_or(10) as usize;
-    let offset = fields.integer("offset", 0, edge.config.max_offset.into())?.unwrap_or(0) as usize;
+    let limit =
+        fields.integer("limit", 1, edge.config.max_page.into()).map_err(|e| e.naming_setting("edge.max_page"))?.unwrap_or(10) as usize;
+    let offset =
+        fields.integer("offset", 0, edge.config.max_offset.into()).map_err(|e| e.naming_setting("edge.max_offset"))?.unwrap_or(0) as usize;
     let metadata = fields.object("metadata")?;
     let status = match fields.choice("status", &["idle", "busy", "interrupted", "error"])?.as_deref() {
         Some("idle") => ThreadStatus::Idle,
@@ -378,7 +380,8 @@ pub async fn history(
     body: Body,
 ) -> Result<Response, ApiError> {
     let mut fields = Fields::parse(&read_body(&headers, body, edge.config.max_body_bytes).await?)?;
-    let limit = fields.integer("limit", 1, edge.config.max_page.into())?.unwrap_or(10) as usize;
+    let limit =
+        fields.integer("limit", 1, edge.config.max_page.into()).map_err(|e| e.naming_setting("edge.max_page"))?.unwrap_or(10) as usize;
     let before = checkpoint_id_of(&mut fields, "before", &thread_id)?;
     let mut run_id = String::new();
     if let Some(metadata) = fields.object("metadata")? {
@@ -402,7 +405,8 @@ pub async fn history_get(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let query = Query::parse(raw.as_deref());
-    let limit = query.integer("limit", 1, edge.config.max_page.into())?.unwrap_or(10) as usize;
+    let limit =
+        query.integer("limit", 1, edge.config.max_page.into()).map_err(|e| e.naming_setting("edge.max_page"))?.unwrap_or(10) as usize;
     let before = query.last("before").map(str::to_owned);
     read_history(&edge, &caller, &thread_id, limit, before, "", &[]).await
 }
