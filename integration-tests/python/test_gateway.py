@@ -18,11 +18,13 @@ import hashlib
 import io
 import json
 import os
+import socket
 import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -272,6 +274,55 @@ def test_features_say_what_is_not_served_and_those_routes_answer_501(server: Ser
                             ("/api/threads/{thread_id}/browser/{*rest}", "/api/threads/t1/browser/navigate")):
             answer = http.post(probe, json={})
             assert answer.status_code == 501 and answer.json()["detail"] == f"not supported by Antler: {unsupported[path]}", answer.text
+
+
+def send_request(sock: socket.socket, method: str, path: str, body: bytes = b"", length: int | None = None, key: str = ALICE) -> None:
+    head = (f"{method} {path} HTTP/1.1\r\nHost: edge\r\nx-api-key: {key}\r\nContent-Type: application/octet-stream\r\n"
+            f"Content-Length: {len(body) if length is None else length}\r\n\r\n")
+    sock.sendall(head.encode() + body)
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response with a Content-Length body, read off a raw socket."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed before a response: {data!r}"
+        data += chunk
+    head, rest = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    while len(rest) < int(headers.get("content-length", "0")):
+        chunk = sock.recv(65536)
+        assert chunk, "the connection closed inside the response body"
+        rest += chunk
+    return status, headers, rest
+
+
+def test_a_501_reads_the_body_first_and_a_body_past_the_limit_is_413(server: Server) -> None:
+    url = urlsplit(server.url)
+    body = os.urandom(4 * 1024 * 1024)  # far more than the socket buffers hold: unread, the sender would see a reset
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        # A gateway 501, a LangGraph one, a handler's own 501, an unknown path and the gate's 401, one after another
+        # on one connection.
+        for method, path, status, key in (("POST", "/api/agents", 501, ALICE), ("POST", "/runs/batch", 501, ALICE),
+                                          ("PUT", "/api/skills/custom/status-report", 501, ALICE),
+                                          ("DELETE", f"/threads/{uuid.uuid4()}/runs/{uuid.uuid4()}", 501, ALICE),
+                                          ("POST", "/no/such/path", 404, ALICE), ("POST", "/api/memory/facts", 401, "not-a-key-0123456789")):
+            send_request(sock, method, path, body, key=key)
+            got, headers, payload = read_response(sock)
+            assert got == status, f"{method} {path}: {got} {payload[:200]!r}"
+            assert json.loads(payload)["code"] == {501: "unsupported", 404: "not_found", 401: "unauthenticated"}[status], payload
+            assert headers.get("connection", "").lower() != "close", f"{method} {path}: the server gave the connection up: {headers}"
+        send_request(sock, "GET", "/ok")
+        assert read_response(sock)[0] == 200
+    # Declared past edge.max_body_bytes (8 MiB by default): 413 at once, naming the setting, with most of it never sent.
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        send_request(sock, "POST", "/api/agents", os.urandom(65536), length=9 * 1024 * 1024)
+        got, _, payload = read_response(sock)
+        assert got == 413, payload
+        assert "edge.max_body_bytes" in json.loads(payload)["detail"], payload
 
 
 # --------------------------------------------------------------------------------------------------

@@ -153,6 +153,13 @@ pub fn json_response(value: &serde_json::Value) -> Response {
     response
 }
 
+/// A 501 naming `capability` (an endpoint Antler does not serve), answered once the request's body
+/// is read and dropped — bounded by `edge.max_body_bytes`, 413 past it — so a client still uploading
+/// sees the 501 rather than a reset connection, and can send its next request on the same one.
+pub async fn unsupported(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: axum::body::Body, capability: &'static str) -> ApiError {
+    crate::request::answer_after_body(&headers, body, edge.config.max_body_bytes, ApiError::unsupported_endpoint(capability)).await
+}
+
 /// Paths served without credentials: liveness and the server's description (no user data), and the
 /// gateway's sign-in routes (which check the credential they are given themselves).
 fn is_public(path: &str) -> bool {
@@ -195,7 +202,7 @@ pub async fn gate(State(edge): State<Arc<Edge>>, request: Request, next: Next) -
 /// handler its [`Caller`].
 async fn admit(edge: Arc<Edge>, mut request: Request, next: Next) -> Response {
     let Ok(permit) = edge.permits.clone().try_acquire_owned() else {
-        return ApiError::busy(edge.config.max_concurrent_requests).into_response();
+        return refuse(&edge, request, ApiError::busy(edge.config.max_concurrent_requests)).await;
     };
     let trace = TraceContext::from_traceparent(request.headers().get("traceparent").and_then(|v| v.to_str().ok()));
     let identity = if is_public(request.uri().path()) {
@@ -204,16 +211,26 @@ async fn admit(edge: Arc<Edge>, mut request: Request, next: Next) -> Response {
         // A browser signed in through the gateway presents its session cookie instead of a key.
         let session = match crate::gateway::session::cookie_headers(edge.auth.enabled(), request.method(), request.headers()) {
             Ok(session) => session,
-            Err(error) => return error.into_response(),
+            Err(error) => return refuse(&edge, request, error).await,
         };
         match edge.authenticate(session.as_ref().unwrap_or(request.headers())) {
             Ok(identity) => identity,
-            Err(error) => return error.into_response(),
+            Err(error) => return refuse(&edge, request, error).await,
         }
     };
     let span = tracing::info_span!("edge", method = %request.method(), path = %request.uri().path(), trace_id = %trace.trace_id_hex());
     request.extensions_mut().insert(Caller { identity, trace, permit: Arc::new(permit) });
     next.run(request).instrument(span).await
+}
+
+/// The gate's own refusal (busy, unauthenticated, a missing CSRF token), answered once the request's
+/// body is read and dropped (at most `edge.max_body_bytes`): unread, it makes the server close the
+/// connection after the answer, and a client that reuses the connection — a browser after a 403 —
+/// sees it cut instead of an answer. Past the limit the reading stops and this refusal still answers.
+async fn refuse(edge: &Edge, request: Request, error: ApiError) -> Response {
+    let (parts, body) = request.into_parts();
+    let _ = crate::request::discard_body(&parts.headers, body, edge.config.max_body_bytes).await;
+    error.into_response()
 }
 
 #[cfg(test)]

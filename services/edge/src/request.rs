@@ -20,6 +20,41 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<ax
     axum::body::to_bytes(body, limit_usize).await.map_err(|_| ApiError::too_large(0, limit))
 }
 
+/// Reads and drops the whole body, at most `limit` bytes, holding none of it: what a route that
+/// answers without looking at the body (a 501, a 404) does first. Left unread, the body makes the
+/// server close the connection after the answer, so a client still sending sees a reset instead of
+/// the answer, and its next request on the connection fails. A body declared (Content-Length) or found
+/// (chunked) larger than `limit` is refused 413 as on every other route, without reading the rest.
+pub async fn discard_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<(), ApiError> {
+    use futures::StreamExt;
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if let Some(size) = declared
+        && size > limit
+    {
+        return Err(ApiError::too_large(size as usize, limit));
+    }
+    let mut stream = body.into_data_stream();
+    let mut seen: u64 = 0;
+    while let Some(chunk) = stream.next().await {
+        // A client that stops sending midway gets no answer anyway: nothing to refuse.
+        let Ok(chunk) = chunk else { return Ok(()) };
+        seen = seen.saturating_add(chunk.len() as u64);
+        if seen > limit {
+            return Err(ApiError::too_large(0, limit));
+        }
+    }
+    Ok(())
+}
+
+/// `answer` (a 501, a 404), given once the body is read and dropped by [`discard_body`]; a body past
+/// `limit` gets the 413 instead.
+pub async fn answer_after_body(headers: &HeaderMap, body: Body, limit: u64, answer: ApiError) -> ApiError {
+    match discard_body(headers, body, limit).await {
+        Ok(()) => answer,
+        Err(too_large) => too_large,
+    }
+}
+
 /// A JSON object whose fields are taken one by one; [`Fields::finish`] refuses any left over, so a
 /// misspelt or unknown option is an error naming it instead of being silently ignored.
 #[derive(Debug)]
@@ -172,6 +207,34 @@ mod tests {
         nested.map.insert("recursion_limit".to_owned(), Value::String("x".to_owned()));
         let err = nested.integer("recursion_limit", 1, 10);
         assert!(matches!(err, Err(ref e) if e.param.as_deref() == Some("config.recursion_limit")));
+    }
+
+    fn chunked(chunks: Vec<usize>) -> Body {
+        let stream = futures::stream::iter(chunks.into_iter().map(|n| Ok::<_, std::io::Error>(axum::body::Bytes::from(vec![b'x'; n]))));
+        Body::from_stream(stream)
+    }
+
+    #[tokio::test]
+    async fn a_discarded_body_is_read_to_its_end_and_bounded_by_the_limit() {
+        let none = HeaderMap::new();
+        assert_eq!(discard_body(&none, chunked(vec![1000, 24]), 1024).await, Ok(()));
+        // Chunked past the limit: 413 naming the setting.
+        let over = discard_body(&none, chunked(vec![1000, 25]), 1024).await.expect_err("past the limit");
+        assert_eq!(over.status, axum::http::StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(over.detail.contains("1024 bytes (edge.max_body_bytes)"), "{}", over.detail);
+        // A declared length past the limit is refused before a byte is read: this body never ends.
+        let mut declared = HeaderMap::new();
+        declared.insert(header::CONTENT_LENGTH, axum::http::HeaderValue::from_static("5000"));
+        let endless = Body::from_stream(futures::stream::pending::<Result<axum::body::Bytes, std::io::Error>>());
+        let refused = tokio::time::timeout(std::time::Duration::from_secs(5), discard_body(&declared, endless, 1024))
+            .await
+            .expect("answered without reading the body");
+        assert!(matches!(refused, Err(ref e) if e.detail.contains("5000 bytes")), "{refused:?}");
+        // The answer is given only once the body has been read.
+        let answer = answer_after_body(&none, chunked(vec![10; 10]), 1024, ApiError::unsupported_endpoint("x")).await;
+        assert_eq!(answer.status, axum::http::StatusCode::NOT_IMPLEMENTED);
+        let refused = answer_after_body(&none, chunked(vec![2048]), 1024, ApiError::unsupported_endpoint("x")).await;
+        assert_eq!(refused.status, axum::http::StatusCode::PAYLOAD_TOO_LARGE);
     }
 
     #[test]

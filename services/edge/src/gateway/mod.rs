@@ -113,9 +113,8 @@ pub fn router(edge: Arc<Edge>) -> Router {
         let capability: &'static str = capability;
         router = router.route(
             path,
-            any(move |body: axum::body::Body| async move {
-                drain(body).await;
-                ApiError::unsupported_endpoint(capability)
+            any(move |edge: axum::extract::State<Arc<Edge>>, headers: axum::http::HeaderMap, body: axum::body::Body| {
+                crate::edge::unsupported(edge, headers, body, capability)
             }),
         );
     }

@@ -106,10 +106,14 @@ pub async fn get_custom(
 
 /// `PUT /api/skills/custom/{skill_name}`: not served (SkillService replaces a skill only whole, from
 /// an archive).
-pub async fn edit_custom() -> ApiError {
-    ApiError::unsupported_endpoint(
+pub async fn edit_custom(edge: State<Arc<Edge>>, headers: HeaderMap, body: Body) -> ApiError {
+    crate::edge::unsupported(
+        edge,
+        headers,
+        body,
         "editing a custom skill's SKILL.md in place: install the changed skill as a .skill archive (POST /api/skills/install replaces it)",
     )
+    .await
 }
 
 /// `DELETE /api/skills/custom/{skill_name}` (DeleteSkill).

@@ -9,10 +9,14 @@ pub mod ui;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::routing::{any, get, post};
 
-use crate::edge::Edge;
+use crate::edge::{Edge, unsupported};
 use crate::error::ApiError;
+use crate::request::answer_after_body;
 
 /// Endpoints of the LangGraph API that Antler does not serve, with what is missing.
 const UNSUPPORTED: &[(&str, &str)] = &[
@@ -93,23 +97,31 @@ pub fn router(edge: Arc<Edge>) -> Router {
     let mut root = served();
     for (path, capability) in UNSUPPORTED {
         let capability: &'static str = capability;
-        root = root.route(path, any(move || async move { ApiError::unsupported_endpoint(capability) }));
+        root = root
+            .route(path, any(move |edge: State<Arc<Edge>>, headers: HeaderMap, body: Body| unsupported(edge, headers, body, capability)));
     }
     let api = served()
         .route("/threads/{thread_id}/messages/page", get(ui::messages_page))
         .route("/channels/providers", get(ui::channel_providers))
         .route("/channels/connections", get(ui::channel_connections));
     root.nest(API_PREFIX, api)
-        .fallback(|| async { ApiError::not_found("this path (it is not a LangGraph API endpoint Antler knows)") })
+        .fallback(|State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Body| async move {
+            let answer = ApiError::not_found("this path (it is not a LangGraph API endpoint Antler knows)");
+            answer_after_body(&headers, body, edge.config.max_body_bytes, answer).await
+        })
         .with_state(edge)
 }
 
-async fn unsupported_assistant_change() -> ApiError {
-    ApiError::unsupported_endpoint("changing assistants: the assistant is the agent runs.agent configures in antler.yaml")
+async fn unsupported_assistant_change(edge: State<Arc<Edge>>, headers: HeaderMap, body: Body) -> ApiError {
+    unsupported(edge, headers, body, "changing assistants: the assistant is the agent runs.agent configures in antler.yaml").await
 }
 
-async fn unsupported_state_patch() -> ApiError {
-    ApiError::unsupported_endpoint(
+async fn unsupported_state_patch(edge: State<Arc<Edge>>, headers: HeaderMap, body: Body) -> ApiError {
+    unsupported(
+        edge,
+        headers,
+        body,
         "patching a checkpoint's metadata (threads.patchState): checkpoints record who wrote them; change thread metadata with PATCH /threads/{id}",
     )
+    .await
 }

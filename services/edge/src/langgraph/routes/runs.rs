@@ -386,8 +386,14 @@ pub async fn get(
 }
 
 /// `DELETE /threads/{thread_id}/runs/{run_id}`: not served.
-pub async fn delete() -> ApiError {
-    ApiError::unsupported_endpoint("deleting single runs: a run's record is kept with its thread (DELETE /threads/{id} removes both)")
+pub async fn delete(edge: State<Arc<Edge>>, headers: HeaderMap, body: Body) -> ApiError {
+    crate::edge::unsupported(
+        edge,
+        headers,
+        body,
+        "deleting single runs: a run's record is kept with its thread (DELETE /threads/{id} removes both)",
+    )
+    .await
 }
 
 /// `POST /threads/{thread_id}/runs/{run_id}/cancel?wait=&action=`: CancelRun; 202 at once, or 204
