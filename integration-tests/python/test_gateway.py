@@ -82,6 +82,7 @@ runs:
 sandbox:
   provider: local
   uploads: {{max_files: 3, max_file_bytes: 1048576, max_total_bytes: 1572864}}
+  files: {{write_max_bytes: 2097152}}
   skills:
     public_dir: {root / "skills" / "public"}
 mcp:
@@ -154,6 +155,11 @@ def new_thread(server: Server, key: str = ALICE) -> str:
 @pytest.fixture(scope="module")
 def written(server: Server) -> str:
     """A thread of alice's whose run wrote hello.md and page.html into its outputs."""
+    return run_writer(server)
+
+
+def run_writer(server: Server) -> str:
+    """A new thread of alice's, after a run of the writer: hello.md and page.html in its outputs."""
     thread_id = new_thread(server)
     with server.client() as http:
         done = http.post(f"/threads/{thread_id}/runs/wait", json={
@@ -444,6 +450,56 @@ def test_an_artifact_is_edited_only_from_the_text_the_editor_opened(server: Serv
         assert http.get(url).content == edited.encode()
     with server.client(BOB) as bob:
         not_found(bob.put(url, json={"content": "bob was here", "expected_sha256": hashlib.sha256(edited.encode()).hexdigest()}))
+
+
+def test_concurrent_artifact_saves_leave_one_whole_version_for_every_reader(server: Server) -> None:
+    import concurrent.futures
+    import threading
+
+    thread_id = run_writer(server)
+    url = f"/api/threads/{thread_id}/artifacts/mnt/user-data/outputs/hello.md"
+    # Four writers, each with a version of its own (1 MiB: a write takes long enough to be caught half done).
+    versions = [f"# Version {w}\n".encode() + bytes([ord("a") + w]) * (1024 * 1024) for w in range(4)]
+    whole = {HELLO.encode(), *versions}
+    done = threading.Event()
+
+    def writer(w: int) -> int:
+        saved = 0
+        with server.client() as http:
+            for _ in range(6):
+                current = http.get(url)
+                assert current.status_code == 200 and current.content in whole, f"writer {w} read {len(current.content)} bytes"
+                answer = http.put(url, json={"content": versions[w].decode(), "expected_sha256": hashlib.sha256(current.content).hexdigest()})
+                # 412: another writer saved between this one's read and its save.
+                assert answer.status_code in (200, 412), answer.text
+                saved += answer.status_code == 200
+        return saved
+
+    def reader() -> int:
+        reads = 0
+        with server.client() as http:
+            while not done.is_set() or reads < 5:
+                got = http.get(url)
+                reads += 1
+                assert got.status_code == 200, got.text
+                assert got.content in whole, f"read {reads} saw {len(got.content)} bytes: not one whole version"
+        return reads
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
+        reading = pool.submit(reader)
+        writers = [pool.submit(writer, w) for w in range(4)]
+        try:
+            saved = sum(f.result() for f in writers)
+        finally:
+            done.set()
+        reads = reading.result()
+    assert saved >= 4 and reads >= 5, (saved, reads)
+    with server.client() as http:
+        assert http.get(url).content in set(versions)
+    # Each save replaced the file by rename: no temporary file is left beside it.
+    outputs = [p for p in (server.root / "data").rglob("outputs") if (p / "hello.md").exists() and thread_id in str(p)]
+    assert outputs, "the thread's outputs directory"
+    assert sorted(p.name for p in outputs[0].iterdir()) == ["hello.md", "page.html"]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@
 //!
 //! PUT replaces a UTF-8 text file under `/mnt/user-data/outputs` when its current SHA-256 is the
 //! `expected_sha256` the editor opened it with (412 otherwise) and the thread has no active run (409).
+//! The sandbox's WriteFile replaces the file atomically (a temporary file renamed over it), so a GET
+//! during one save, or several, streams one version whole, never a truncated or half-written one.
 
 use std::sync::Arc;
 

@@ -78,9 +78,9 @@ pub fn edit(workspace: &Workspace, path: &VirtualPath, old: &str, new: &str, rep
     Ok(EditOutcome { path: display, replacements: u32::try_from(replacements).unwrap_or(u32::MAX), size_bytes: updated.len() as u64 })
 }
 
-/// Writes `content` to a temporary file in the same directory and renames it over `name`, keeping the
-/// original's mode and owner. Returns false (nothing done) when `name` is not the very file we read — a
-/// symlink, or swapped since — so the caller writes in place instead.
+/// Replaces `name` by rename ([`files::replace`]), keeping the original's mode and owner. Returns
+/// false (nothing done) when `name` is not the very file we read — a symlink, or swapped since — so
+/// the caller writes in place instead.
 fn replace_by_rename(
     root: &std::os::fd::OwnedFd,
     parent_rel: &str,
@@ -96,23 +96,12 @@ fn replace_by_rename(
     {
         return Ok(false);
     }
-    let temp = format!(".antler-edit-{:016x}.tmp", fastrand::u64(..));
-    let mode = Mode::from_raw_mode(original.st_mode & 0o7777);
-    let fd =
-        rustix::fs::openat(&dir, temp.as_str(), OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC, mode)?;
-    let result = (|| {
-        // Keep the owner (a file created by a sandboxed command stays writable by it). Only root can give
-        // a file away; otherwise the file already is ours.
-        let _ = rustix::fs::fchown(&fd, Some(rustix::fs::Uid::from_raw(original.st_uid)), Some(rustix::fs::Gid::from_raw(original.st_gid)));
-        rustix::fs::fchmod(&fd, mode)?;
-        let mut file = std::fs::File::from(fd);
-        file.write_all(content).map_err(|e| e.raw_os_error().map_or(rustix::io::Errno::IO, rustix::io::Errno::from_raw_os_error))?;
-        rustix::fs::renameat(&dir, temp.as_str(), &dir, name)
-    })();
-    if result.is_err() {
-        let _ = rustix::fs::unlinkat(&dir, temp.as_str(), rustix::fs::AtFlags::empty());
-    }
-    result.map(|()| true)
+    let attributes = files::replace::Attributes {
+        mode: original.st_mode & 0o7777,
+        owner: resolve::Ownership { uid: Some(original.st_uid), gid: Some(original.st_gid) },
+        owner_required: false,
+    };
+    files::replace::replace(&dir, name, content, attributes, "edit").map(|()| true)
 }
 
 #[cfg(test)]

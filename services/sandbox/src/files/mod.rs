@@ -13,6 +13,7 @@ pub mod ignore_list;
 pub mod list;
 pub mod mime;
 pub mod read;
+pub mod replace;
 pub mod snapshot;
 pub mod upload;
 pub mod walk;
