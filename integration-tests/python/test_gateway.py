@@ -19,6 +19,7 @@ import io
 import json
 import os
 import socket
+import time
 import uuid
 import zipfile
 from dataclasses import dataclass
@@ -39,6 +40,9 @@ SERVICE = "service-key-0123456789abcdef"
 
 HELLO = "# Hello from the writer\n\nA note the gateway serves back byte for byte.\n"
 PAGE = "<html><body><script>alert(1)</script></body></html>\n"
+# The window of the sign-in bounds (edge.gateway.auth): long enough for a loaded machine to make its tries inside it.
+LOGIN_WINDOW_SECS = 15
+
 SUGGESTIONS = ["What should I read next?", "Can you summarise it?", "How long did it take?", "A fourth one?"]
 
 # The suggester answers as models often do: the list inside a code fence.
@@ -75,6 +79,8 @@ edge:
   cors_origins: ["http://localhost:3000"]
   gateway:
     suggestions: {{model: suggester, max_suggestions: 3}}
+    auth: {{max_failed_logins_per_username: 3, max_failed_logins_per_address: 6, failed_login_window_secs: {LOGIN_WINDOW_SECS},
+            client_address_header: x-forwarded-for}}
 runs:
   lead:
     mcp: {{enabled: false}}
@@ -246,6 +252,41 @@ def test_a_browser_signs_in_with_a_key_and_works_by_cookie_with_csrf(server: Ser
     # A forged cookie is not a session.
     with server.client(None, cookies={"access_token": "bm90LWEta2V5LTAxMjM0NTY3ODk"}) as forged:
         assert forged.get("/api/v1/auth/me").status_code == 401
+
+
+def test_failed_sign_ins_are_bounded_per_username_and_per_address(server: Server) -> None:
+    name = f"mallory-{uuid.uuid4().hex[:8]}@example.com"
+    attacker = "203.0.113.7"  # the proxy's x-forwarded-for (edge.gateway.auth.client_address_header)
+    with server.client(None) as browser:
+        def login(username: str, password: str, address: str) -> httpx.Response:
+            return browser.post("/api/v1/auth/login/local", data={"username": username, "password": password},
+                                headers={"x-forwarded-for": f"10.1.1.1, {address}"})
+
+        for i in range(3):
+            assert login(name, f"wrong-key-{i}-0123456789", attacker).status_code == 401
+        # The fourth try for that name is refused unchecked, even with a right key from another address.
+        by_name = login(name.upper(), ALICE, "198.51.100.20")
+        assert by_name.status_code == 429, by_name.text
+        assert 1 <= int(by_name.headers["retry-after"]) <= LOGIN_WINDOW_SECS, by_name.headers
+        detail = by_name.json()["detail"]
+        assert detail["code"] == "too_many_attempts" and "edge.gateway.auth.max_failed_logins_per_username" in detail["message"], detail
+        assert not browser.cookies
+        # The address: three more failures under other names make six, then every name from it is refused.
+        for i in range(3):
+            assert login(f"other-{i}-{name}", f"wrong-key-{i}-0123456789", attacker).status_code == 401
+        by_address = login(f"someone-else-{name}", BOB, attacker)
+        assert by_address.status_code == 429, by_address.text
+        assert "edge.gateway.auth.max_failed_logins_per_address" in by_address.json()["detail"]["message"], by_address.text
+        wait = int(by_address.headers["retry-after"])
+        assert not browser.cookies
+        # Another name from another address signs in meanwhile.
+        assert login(f"carol-{name}", BOB, "198.51.100.21").status_code == 200
+        browser.cookies.clear()
+        # Once the oldest failures have left the window, the name and the address may try again.
+        time.sleep(wait + 1)
+        again = login(name, ALICE, attacker)
+        assert again.status_code == 200, again.text
+        assert browser.get("/api/v1/auth/me").json()["id"] == "alice"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -130,6 +130,60 @@ pub struct GatewayConfig {
     /// Largest `.skill` archive the artifacts route opens to preview a member
     /// (`GET …/artifacts/…/x.skill/SKILL.md`), in bytes; the member itself is capped at 16 MiB.
     pub skill_preview_max_bytes: u64,
+    /// Bounds on failed browser sign-ins: see [`GatewayAuthConfig`].
+    pub auth: GatewayAuthConfig,
+}
+
+/// `edge.gateway.auth`: how many failed sign-ins (`POST /api/v1/auth/login/local` answered 401) one
+/// username and one client address may have within a sliding window before further sign-ins are
+/// refused 429 with `Retry-After`, unchecked. Counted per edge replica, in memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayAuthConfig {
+    /// Failed sign-ins per username (the form's `username`, trimmed, any case) within the window; 0: no
+    /// bound. The username does not choose the user (the credential does), so this bounds guessing
+    /// aimed at one name; the per-address bound is what holds against rotating names.
+    pub max_failed_logins_per_username: u32,
+    /// Failed sign-ins per client address within the window; 0: no bound.
+    pub max_failed_logins_per_address: u32,
+    /// The sliding window, in seconds: a failure stops counting this long after it happened.
+    pub failed_login_window_secs: u64,
+    /// A header the proxy in front sets to the client's address (`x-forwarded-for`: its last entry, the
+    /// one that proxy appended; `x-real-ip`). Empty (the default): the TCP peer's address. Set it only
+    /// behind a proxy that overwrites or appends it, or clients choose their own address.
+    pub client_address_header: String,
+    /// Most usernames and addresses remembered at once (each map); past it the entry idle the longest
+    /// is forgotten first, so the memory stays bounded however many names an attacker tries.
+    pub max_tracked: u32,
+}
+
+impl Default for GatewayAuthConfig {
+    fn default() -> Self {
+        Self {
+            max_failed_logins_per_username: 10,
+            max_failed_logins_per_address: 50,
+            failed_login_window_secs: 900,
+            client_address_header: String::new(),
+            max_tracked: 10_000,
+        }
+    }
+}
+
+impl GatewayAuthConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_range("edge.gateway.auth.max_failed_logins_per_username", self.max_failed_logins_per_username.into(), 0, 10_000)?;
+        check_range("edge.gateway.auth.max_failed_logins_per_address", self.max_failed_logins_per_address.into(), 0, 100_000)?;
+        check_range("edge.gateway.auth.failed_login_window_secs", self.failed_login_window_secs, 1, 86_400)?;
+        check_range("edge.gateway.auth.max_tracked", self.max_tracked.into(), 16, 10_000_000)?;
+        let header = self.client_address_header.trim();
+        if !header.is_empty() && axum::http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+            return Err(ConfigError::Invalid {
+                path: "edge.gateway.auth.client_address_header".to_owned(),
+                message: format!("`{header}` is not a header name (e.g. x-forwarded-for)"),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Default for GatewayConfig {
@@ -139,6 +193,7 @@ impl Default for GatewayConfig {
             session_max_age_secs: 7 * 86_400,
             upload_spool_dir: String::new(),
             skill_preview_max_bytes: 64 * 1024 * 1024,
+            auth: GatewayAuthConfig::default(),
         }
     }
 }
@@ -168,6 +223,7 @@ impl GatewayConfig {
         check_range("edge.gateway.suggestions.max_suggestions", self.suggestions.max_suggestions.into(), 1, 5)?;
         check_range("edge.gateway.session_max_age_secs", self.session_max_age_secs, 60, 366 * 86_400)?;
         check_range("edge.gateway.skill_preview_max_bytes", self.skill_preview_max_bytes, 1024, 1 << 30)?;
+        self.auth.validate()?;
         if !self.upload_spool_dir.is_empty() && !std::path::Path::new(&self.upload_spool_dir).is_absolute() {
             return Err(ConfigError::Invalid {
                 path: "edge.gateway.upload_spool_dir".to_owned(),

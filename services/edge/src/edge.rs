@@ -41,6 +41,8 @@ pub struct Edge {
     pub shutdown: CancellationToken,
     /// Channels to the services (`clients.*`).
     pub clients: Clients,
+    /// Failed browser sign-ins per username and client address (`edge.gateway.auth`).
+    pub logins: crate::gateway::login_limit::LoginLimiter,
     runs: ServiceClient,
     permits: Arc<Semaphore>,
 }
@@ -78,7 +80,8 @@ impl Edge {
     ) -> Result<Self, String> {
         let runs = clients.get("runs").cloned().ok_or("no `runs` client is configured (clients.runs)")?;
         let permits = Arc::new(Semaphore::new(config.max_concurrent_requests as usize));
-        Ok(Self { config, assistant, context_keys, auth, shutdown, clients, runs, permits })
+        let logins = crate::gateway::login_limit::LoginLimiter::new(config.gateway.auth.clone());
+        Ok(Self { config, assistant, context_keys, auth, shutdown, clients, logins, runs, permits })
     }
 
     pub fn runs(&self) -> RunServiceClient<Transport> {

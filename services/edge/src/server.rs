@@ -52,9 +52,13 @@ pub async fn start(ctx: &ServiceContext) -> Result<Option<SocketAddr>, BoxError>
         None => app,
     };
     let shutdown = edge.shutdown.clone();
+    // With the peer's address (ConnectInfo) in every request: the sign-in bounds count by it.
     tokio::spawn(
         async move {
-            if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {
+            if let Err(error) = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+            {
                 tracing::error!(%error, "the HTTP edge failed");
             }
         }

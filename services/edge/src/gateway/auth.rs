@@ -2,12 +2,14 @@
 //! is set-up needed) and its local sign-in / sign-out. How a browser session maps onto Antler's users
 //! is in `session.rs`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use antler_kit::auth::Principal;
 use axum::Extension;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -73,9 +75,15 @@ fn auth_error(status: StatusCode, code: &str, message: &str) -> Response {
 /// `remember_me`). The password is an Antler credential: an API key of `server.auth.api_keys` or a
 /// JWT. It is checked exactly as a gRPC call's bearer token; the username is not (the credential names
 /// the user). Service keys (`service: true`) cannot sign a browser in. Answers DeerFlow's
-/// `{expires_in, needs_setup}` with the session cookies. With auth off any password signs in as the
-/// local user.
-pub async fn login(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+/// `{expires_in, needs_setup}` with the session cookies. Failed sign-ins are bounded per username and
+/// client address (`login_limit.rs`): past the bound, 429 with `Retry-After`. With auth off any
+/// password signs in as the local user.
+pub async fn login(
+    State(edge): State<Arc<Edge>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let bytes = read_body(&headers, body, edge.config.max_body_bytes).await?;
     let form: Vec<(String, String)> = form_urlencoded::parse(&bytes).into_owned().collect();
     let field = |name: &str| form.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.trim().to_owned());
@@ -86,6 +94,15 @@ pub async fn login(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Body
     };
     let password = field("password").unwrap_or_default();
     let session_value = if edge.auth.enabled() {
+        // Bounded guessing: past `edge.gateway.auth`'s failures the credential is not even checked.
+        let username = field("username").unwrap_or_default();
+        let address = edge.logins.client_address(&headers, peer.map(|Extension(ConnectInfo(addr))| addr.ip()));
+        if let Err(throttled) = edge.logins.check(&username, address, Instant::now()) {
+            tracing::warn!(what = %throttled.what, retry_after_secs = throttled.retry_after_secs, "browser sign-ins throttled");
+            let mut response = auth_error(StatusCode::TOO_MANY_REQUESTS, "too_many_attempts", &throttled.message());
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(throttled.retry_after_secs));
+            return Ok(response);
+        }
         if password.is_empty() {
             return Err(ApiError::invalid("password", "is required: your Antler API key (or a JWT your identity provider signed)"));
         }
@@ -98,6 +115,7 @@ pub async fn login(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Body
             Err(error) => {
                 tracing::debug!(%error, "browser sign-in refused");
                 metrics::counter!("antler_auth_failures_total").increment(1);
+                edge.logins.failed(&username, address, Instant::now());
                 return Ok(auth_error(
                     StatusCode::UNAUTHORIZED,
                     "invalid_credentials",

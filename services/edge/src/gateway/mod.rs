@@ -11,13 +11,15 @@
 //!
 //! Files: one per resource (`auth.rs`, `models.rs`, `uploads.rs`, `artifacts.rs`, `memory.rs`,
 //! `skills.rs`, `mcp.rs`, `features.rs`, `suggestions.rs`, `feedback.rs`, `usage.rs`), `session.rs`
-//! (the browser session: cookie credential and CSRF check, used by the edge's gate), and this file:
+//! (the browser session: cookie credential and CSRF check, used by the edge's gate), `login_limit.rs`
+//! (bounds on failed sign-ins per username and client address), and this file:
 //! the router, the 501 table, and the helpers every handler shares.
 
 pub mod artifacts;
 pub mod auth;
 pub mod features;
 pub mod feedback;
+pub mod login_limit;
 pub mod mcp;
 pub mod memory;
 pub mod models;
