@@ -805,3 +805,72 @@ def test_thread_token_usage_sums_the_runs(server: Server, written: str) -> None:
         not_found(http.get(f"/api/threads/{uuid.uuid4()}/token-usage"))
     with server.client(BOB) as bob:
         not_found(bob.get(f"/api/threads/{written}/token-usage"))
+
+
+# --------------------------------------------------------------------------------------------------
+# What the resource tests above leave out: each route's remaining good request, another user's
+# object, bad input
+# --------------------------------------------------------------------------------------------------
+
+
+def names(response: httpx.Response, status: int, field: str) -> None:
+    """Asserts the status and that the message names `field` (refusals of the services carry no `param`)."""
+    assert response.status_code == status, f"{response.status_code} {response.text}"
+    assert field in response.json()["detail"], response.text
+
+
+def test_memory_reload_and_reads_refuse_a_bad_agent_name_and_stay_per_user(server: Server) -> None:
+    with server.client() as http:
+        assert http.post("/api/memory/facts", json={"content": "Alice reads Borges"}).status_code == 200
+        reloaded = http.post("/api/memory/reload")
+        assert reloaded.status_code == 200 and "Alice reads Borges" in [f["content"] for f in reloaded.json()["facts"]], reloaded.text
+        for method, path in (("GET", "/api/memory"), ("POST", "/api/memory/reload"), ("GET", "/api/memory/export")):
+            names(http.request(method, path, params={"agent_name": "Not Valid"}), 422, "agent_name")
+        # A fact id nobody has is 404; one that is not a fact id at all is refused naming the field.
+        not_found(http.delete(f"/api/memory/facts/fact_{'0' * 32}"))
+        bad = http.delete("/api/memory/facts/not a fact id")
+        assert bad.status_code in (404, 422), bad.text
+    with server.client(BOB) as bob:
+        assert "Alice reads Borges" not in [f["content"] for f in bob.post("/api/memory/reload").json()["facts"]]
+
+
+def test_skills_reload_and_custom_skill_deletes_refuse_what_is_not_the_callers(server: Server) -> None:
+    with server.client() as http:
+        reload = http.post("/api/skills/reload")
+        assert reload.status_code == 200 and reload.json()["success"] is True, reload.text
+        not_found(http.delete("/api/skills/custom/no-such-skill"))
+        # A public skill ships with the server: refused, naming it.
+        public = http.delete("/api/skills/custom/data-analysis")
+        assert public.status_code == 409 and "public skill" in public.json()["detail"], public.text
+        bad = http.delete("/api/skills/custom/..")
+        assert bad.status_code in (404, 405, 422), bad.text
+        assert "data-analysis" in [s["name"] for s in http.get("/api/skills").json()["skills"]]
+
+
+def test_uploads_by_another_user_into_a_thread_id_land_in_their_own_sandbox(server: Server, written: str) -> None:
+    with server.client(BOB) as bob:
+        # Thread ids are per user: bob's upload under alice's id makes bob's own thread sandbox, never hers.
+        up = bob.post(f"/api/threads/{written}/uploads", files=multipart(("bobs.txt", b"bob's bytes")))
+        assert up.status_code == 200, up.text
+        assert [f["filename"] for f in bob.get(f"/api/threads/{written}/uploads/list").json()["files"]] == ["bobs.txt"]
+        not_found(bob.get(f"/api/threads/{written}/artifacts/mnt/user-data/outputs/hello.md"))
+        assert bob.get(f"/api/threads/{written}/artifacts/mnt/user-data/uploads/bobs.txt").content == b"bob's bytes"
+    with server.client() as http:
+        assert "bobs.txt" not in [f["filename"] for f in http.get(f"/api/threads/{written}/uploads/list").json()["files"]]
+        not_found(http.get(f"/api/threads/{written}/artifacts/mnt/user-data/uploads/bobs.txt"))
+        for route in ("list", "limits"):
+            bad = http.get(f"/api/threads/not a thread!/uploads/{route}")
+            names(bad, 422, "thread_id")
+
+
+def test_messages_page_and_feedback_post_refuse_other_users_and_bad_input(server: Server, written: str) -> None:
+    run_id = run_id_of(server, written)
+    with server.client() as http:
+        page = http.get(f"/api/threads/{written}/messages/page", params={"limit": 1})
+        assert page.status_code == 200 and len(page.json()["data"]) == 1, page.text
+        refused(http.get(f"/api/threads/{written}/messages/page", params={"limit": 0}), 422, "limit")
+        refused(http.post(f"/api/threads/{written}/runs/{run_id}/feedback", json={"rating": 5}), 422, "rating")
+        refused(http.post(f"/api/threads/{written}/runs/{run_id}/feedback", json={"rating": 1, "message_id": 3}), 422, "message_id")
+    with server.client(BOB) as bob:
+        not_found(bob.get(f"/api/threads/{written}/messages/page"))
+        not_found(bob.post(f"/api/threads/{written}/runs/{run_id}/feedback", json={"rating": 1}))
