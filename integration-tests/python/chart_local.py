@@ -18,7 +18,9 @@ StatefulSet replica as the binary the container names, with
   certificate is still checked against the Service's DNS name: the chart renders it as the client's
   ``tls.server_name``;
 * readiness as the chart declares it: the readinessProbe's gRPC port and health service name must answer
-  SERVING, in plaintext as the kubelet asks (with TLS on, that is the chart's health-only port).
+  SERVING, in plaintext as the kubelet asks (with TLS on, that is the chart's health-only port);
+* the HTTP edge's ``edge.listen`` (0.0.0.0:<port>) on the pods that declare the ``http`` container port, on the
+  pod's address like the gRPC listener (``Pod.http``).
 
 Used by ``test_chart_wiring.py`` and ``integration-tests/bench/replica_kill.py``.
 """
@@ -92,6 +94,8 @@ class Pod:
     metrics: str = ""
     #: host:port of the pod's plaintext health-only listener, when the chart renders one (TLS on).
     health: str = ""
+    #: host:port of the HTTP edge (edge.listen) on pods that serve it: the edge's own, or the all-in-one pod.
+    http: str = ""
     restarts: int = 0
 
     @property
@@ -301,6 +305,11 @@ class LocalCluster:
         if health.startswith("0.0.0.0:"):
             pod.health = f"{pod.ip}:{health.rsplit(':', 1)[1]}"
             config_path.write_text(config_path.read_text().replace(f"health_listen: {health}", f"health_listen: {pod.health}"))
+        # The HTTP edge's 0.0.0.0 too, on the pods that declare its container port (the others ignore edge.listen).
+        edge = str((config.get("edge") or {}).get("listen", ""))
+        if edge.startswith("0.0.0.0:") and any(p.get("name") == "http" for p in pod.container.get("ports", [])):
+            pod.http = f"{pod.ip}:{edge.rsplit(':', 1)[1]}"
+            config_path.write_text(config_path.read_text().replace(edge, pod.http))
         argv = [str(self.antler_bin), *command[1:], *args, "--listen", pod.listen]
         ids = self._identity(pod)
         if ids:

@@ -13,8 +13,13 @@ addresses, and waits for each readinessProbe as declared. Then, through the pods
 * a run blocked on a slow model, cancelled through another replica than the one it was created on, followed
   live by a JoinRun on the third, which ends INTERRUPTED;
 * the store is the test's own PostgreSQL database (created and dropped here), not a SQLite file;
-* the rendered NetworkPolicies admit exactly those calls (ingress-labelled pods -> runs, runs -> sandbox,
-  models, mcp and memory, models -> sandbox) and refuse others (evaluated from the manifests: no CNI here).
+* the HTTP edge (``edge.enabled``): its Service leads to its own pod, which serves the LangGraph API (a run of
+  the replay model through ``/threads/{id}/runs/wait``) and DeerFlow's gateway routes (the run's artifact, an
+  upload's bytes back, models, memory, MCP settings) by calling the other pods with the caller's key, and answers
+  the values' CORS origin;
+* the rendered NetworkPolicies admit exactly those calls (ingress-labelled pods -> runs and the edge's http port,
+  runs and the edge -> sandbox, models, mcp and memory, the edge -> runs, models -> sandbox) and refuse others
+  (evaluated from the manifests: no CNI here).
 
 A wrong port, Service name, env var, Secret key or a token the chart forgot fails one of these steps.
 
@@ -91,6 +96,9 @@ def database() -> Iterator[str]:
     chart_local.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+#: The browser origin the test's values allow on the HTTP edge (edge.corsOrigins).
+UI_ORIGIN = "https://deerflow.example.com"
+
 #: Every Service of the release "antler", as its certificate must name it.
 SERVICE_HOSTS = [f"{name}.{NAMESPACE}.svc" for name in ("antler", "antler-models", "antler-mcp", "antler-memory", "antler-sandbox")]
 
@@ -100,6 +108,10 @@ def _values(tmp: Path, tls: bool) -> Path:
     demo = yaml.safe_load((REPO / "services/models/demo/transcript.yaml").read_text())
     values: dict[str, Any] = {
         "runs": {"replicas": 3},
+        # The HTTP edge: its own Deployment and Service, calling the others as its callers. Its container port is
+        # not the Service's (2024), so the Service's targetPort is followed; and not 2024, which a process on this
+        # machine may hold on 0.0.0.0 (the pods' loopback addresses share the host's ports).
+        "edge": {"enabled": True, "port": 47024, "corsOrigins": [UI_ORIGIN]},
         "database": {"existingSecret": "wiring-db"},
         "config": {"models": {"models": [
             {"name": "scripted", "provider": "replay", "supports_thinking": True, "replay": demo},
@@ -166,7 +178,8 @@ def _user(pb: Any, text: str) -> Any:
 
 def test_every_workload_replica_runs_and_is_ready(cluster: chart_local.LocalCluster) -> None:
     names = sorted(p.name for p in cluster.pods)
-    assert names == ["antler-0", "antler-1", "antler-2", "antler-mcp-0", "antler-memory-0", "antler-models-0", "antler-sandbox-0"], names
+    assert names == ["antler-0", "antler-1", "antler-2", "antler-edge-0", "antler-mcp-0", "antler-memory-0", "antler-models-0",
+                     "antler-sandbox-0"], names
     # Every inter-service endpoint in the rendered antler.yaml led to a pod.
     assert len(cluster.rewrites) == 5, cluster.rewrites
 
@@ -319,9 +332,49 @@ def test_network_policies_admit_exactly_the_calls_the_services_make(cluster: cha
     # mcp and memory are the runs service's too.
     allowed = [(ingress, "antler"), (labels["antler"], "antler-sandbox"), (labels["antler"], "antler-models"),
                (labels["antler"], "antler-mcp"), (labels["antler"], "antler-memory"), (labels["antler-models"], "antler-sandbox")]
+    # The HTTP edge: the ingress reaches its http port; it calls every service as its callers.
+    allowed += [(labels["antler-edge"], target) for target in ("antler", "antler-sandbox", "antler-models", "antler-mcp", "antler-memory")]
     for caller, target in allowed:
         assert _admits(cluster.docs, labels[target], caller), f"{caller} cannot reach {target}"
+    assert _admits(cluster.docs, labels["antler-edge"], ingress, port="http"), "the ingress cannot reach the edge's http port"
     denied = [({"app": "other"}, "antler"), (labels["antler-mcp"], "antler-sandbox"), (labels["antler-memory"], "antler-sandbox"),
               (labels["antler-sandbox"], "antler-models"), (ingress, "antler-sandbox"), (labels["antler-models"], "antler")]
+    denied += [({"app": "other"}, "antler-edge"), (labels["antler"], "antler-edge")]
     for caller, target in denied:
-        assert not _admits(cluster.docs, labels[target], caller), f"{caller} may reach {target}"
+        assert not _admits(cluster.docs, labels[target], caller, port="http" if target == "antler-edge" else "grpc"), f"{caller} may reach {target}"
+    assert not _admits(cluster.docs, labels["antler-edge"], ingress, port="grpc"), "the edge's gRPC port is not for the ingress"
+
+
+def test_the_edge_serves_the_langgraph_api_and_the_gateway_through_its_service(cluster: chart_local.LocalCluster) -> None:
+    import httpx
+
+    target = cluster.service_target("antler-edge", 2024)
+    assert target is not None, "the Service antler-edge selects no edge pod on port 2024"
+    [edge] = cluster.pods_of("antler-edge")
+    assert target == edge.http, f"the Service leads to {target}, the edge listens on {edge.http!r}"
+    key = cluster.secrets["antler"]["api-key"]
+    with httpx.Client(base_url=f"http://{target}", headers={"x-api-key": key}, timeout=120) as http:
+        assert http.get("/ok").status_code == 200
+        assert httpx.post(f"http://{target}/threads", json={}, timeout=30).status_code == 401, "the edge needs the API key"
+        # edge -> runs -> models + sandbox: a run of the replay model, through the LangGraph API.
+        thread = http.post("/threads", json={}).json()["thread_id"]
+        done = http.post(f"/threads/{thread}/runs/wait", json={
+            "assistant_id": "lead_agent",
+            "input": {"messages": [{"role": "user", "content": "Write a short hello note to /mnt/user-data/outputs/hello.md, check it, and present it."}]},
+            "config": {"configurable": {"model_name": "scripted"}},
+        })
+        assert done.status_code == 200 and "__error__" not in done.json(), f"{done.text}\n{edge.logs()}"
+        # edge -> sandbox: the run's artifact, and an upload's bytes back.
+        note = http.get(f"/api/threads/{thread}/artifacts/mnt/user-data/outputs/hello.md")
+        assert note.status_code == 200 and note.content, note.text
+        blob = os.urandom(50_000)
+        up = http.post(f"/api/threads/{thread}/uploads", files=[("files", ("blob.bin", blob, "application/octet-stream"))])
+        assert up.status_code == 200, up.text
+        assert http.get(up.json()["files"][0]["artifact_url"]).content == blob
+        # edge -> models, memory, mcp: the gateway's reads.
+        assert {m["name"] for m in http.get("/api/models").json()["models"]} >= {"scripted", "slow"}
+        assert http.get("/api/memory").status_code == 200
+        assert http.get("/api/mcp/config").status_code == 200
+    # The chart's CORS origin reaches edge.cors_origins.
+    preflight = httpx.options(f"http://{target}/threads", headers={"Origin": UI_ORIGIN, "Access-Control-Request-Method": "POST"}, timeout=30)
+    assert preflight.headers.get("access-control-allow-origin") == UI_ORIGIN, preflight.headers

@@ -132,6 +132,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- fail (printf "runs.replicas (or runs.autoscaling.maxReplicas) is %d, but several runs replicas need PostgreSQL: each would keep its own SQLite database. Set database.existingSecret (a Secret whose key database.secretKey holds a postgres:// URL) or database.url, or keep runs.replicas at 1." $runsMax) }}
 {{- end }}
 {{- end }}
+{{- if .Values.edge.enabled }}
+{{- $edgePort := int .Values.edge.port }}
+{{- if or (eq $edgePort (int .Values.port)) (and .Values.metrics.enabled (eq $edgePort (int .Values.metrics.port))) (and .Values.tls.enabled (eq $edgePort (int .Values.tls.healthPort))) }}
+{{- fail (printf "edge.port (%d) must differ from port, metrics.port and tls.healthPort: the edge's HTTP listener is a port of its own" $edgePort) }}
+{{- end }}
+{{- if and (gt (len .Values.edge.corsOrigins) 1) (has "*" .Values.edge.corsOrigins) }}
+{{- fail "edge.corsOrigins: \"*\" allows every origin; list it alone" }}
+{{- end }}
+{{- end }}
 {{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
 {{- fail "tls.enabled is true but tls.secretName is empty: name a kubernetes.io/tls Secret (tls.crt, tls.key and ca.crt, e.g. from cert-manager)" }}
 {{- end }}
@@ -214,6 +223,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- $_ := set $server "health_listen" (printf "0.0.0.0:%d" (int $root.Values.tls.healthPort)) }}
 {{- end }}
 {{- $base := dict "server" $server "clients" $clients }}
+{{- if $root.Values.edge.enabled }}
+{{- /* The HTTP edge: served by the edge pods (split) or by `antler up` (all-in-one); other pods ignore it. */}}
+{{- $_ := set $base "edge" (dict "listen" (printf "0.0.0.0:%d" (int $root.Values.edge.port)) "cors_origins" $root.Values.edge.corsOrigins) }}
+{{- end }}
 {{- if and $withDatabase (include "antler.hasDatabase" $root) }}
 {{- $_ := set $base "runs" (dict "database" (dict "url" "$ANTLER_DATABASE_URL")) }}
 {{- end }}
@@ -254,7 +267,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/* One component's pod spec. Call with (dict "root" $ "component" "runs" "values" .Values.runs
-     "serve" "runs" "database" true "dataVolume" (dict ...) "sandbox" false). */}}
+     "serve" "runs" "database" true "dataVolume" (dict ...) "sandbox" false "http" false); "http": the pod
+     serves the HTTP edge (the edge's own pods, or the all-in-one pod with edge.enabled). */}}
 {{- define "antler.podTemplate" -}}
 {{- $root := .root }}
 {{- $v := .values }}
@@ -321,6 +335,12 @@ spec:
         {{- if $root.Values.tls.enabled }}
         - name: health
           containerPort: {{ $root.Values.tls.healthPort }}
+          protocol: TCP
+        {{- end }}
+        {{- if .http }}
+        # The HTTP edge (edge.listen): the LangGraph API and DeerFlow's gateway routes, plain HTTP.
+        - name: http
+          containerPort: {{ $root.Values.edge.port }}
           protocol: TCP
         {{- end }}
       # grpc.health.v1.Health needs no token; a draining server reports NOT_SERVING, so readiness drops
