@@ -417,7 +417,8 @@ def test_uploads_round_trip_bytes_and_list_with_the_sandbox_names(server: Server
         not_found(http.delete(f"/api/threads/{thread_id}/uploads/notes.txt"))
     with server.client(BOB) as bob:
         not_found(bob.get(f"/api/threads/{thread_id}/uploads/list"))
-        not_found(bob.get(f"/api/threads/{thread_id}/uploads/limits"))
+        # The limits are no secret: a thread id bob has not created reads as his next new chat.
+        assert bob.get(f"/api/threads/{thread_id}/uploads/limits").json()["max_files"] == 3
         not_found(bob.get(data["artifact_url"]))
         not_found(bob.delete(f"/api/threads/{thread_id}/uploads/data.bin"))
     with server.client() as http:

@@ -27,6 +27,7 @@ pub async fn get(State(edge): State<Arc<Edge>>) -> Response {
         "thread_branches": off,
         "thread_compact": off,
         "custom_skill_editing": off,
+        "workspace_changes": off,
         "uploads": on,
         "artifacts": on,
         "memory": on,

@@ -10,13 +10,14 @@
 //! `/api/features` reports it disabled first so the UI hides it.
 //!
 //! Files: one per resource (`auth.rs`, `models.rs`, `uploads.rs`, `artifacts.rs`, `memory.rs`,
-//! `skills.rs`, `mcp.rs`, `features.rs`, `suggestions.rs`, `feedback.rs`, `usage.rs`), `session.rs`
-//! (the browser session: cookie credential and CSRF check, used by the edge's gate), `login_limit.rs`
+//! `skills.rs`, `mcp.rs`, `features.rs`, `suggestions.rs`, `feedback.rs`, `usage.rs`, `changes.rs`),
+//! `session.rs` (the browser session: cookie credential and CSRF check, used by the edge's gate), `login_limit.rs`
 //! (bounds on failed sign-ins per username and client address), and this file:
 //! the router, the 501 table, and the helpers every handler shares.
 
 pub mod artifacts;
 pub mod auth;
+pub mod changes;
 pub mod features;
 pub mod feedback;
 pub mod login_limit;
@@ -32,8 +33,8 @@ pub mod usage;
 use std::sync::Arc;
 
 use antler_kit::client::{CallContext, ServiceClient};
-use axum::Router;
 use axum::routing::{any, get, post};
+use axum::{Extension, Router};
 
 use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
@@ -78,6 +79,8 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
 /// refuses two names for one segment.
 pub fn router(edge: Arc<Edge>) -> Router {
     use axum::routing::{delete, put};
+    // The sandbox's upload limits last seen, for a thread that has no sandbox yet (uploads.rs).
+    let upload_limits = uploads::LastLimits::default();
     let mut router = Router::new()
         .route("/api/v1/auth/me", get(auth::me))
         .route("/api/v1/auth/providers", get(auth::providers))
@@ -87,10 +90,13 @@ pub fn router(edge: Arc<Edge>) -> Router {
         .route("/api/features", get(features::get))
         .route("/api/models", get(models::list))
         .route("/api/models/{model_name}", get(models::get))
-        .route("/api/threads/{thread_id}/uploads", post(uploads::upload))
+        .route("/api/threads/{thread_id}/uploads", post(uploads::upload).layer(Extension(upload_limits.clone())))
         // A file may be called `list` or `limits`: DELETE of those names still deletes it.
         .route("/api/threads/{thread_id}/uploads/list", get(uploads::list).delete(uploads::delete_list))
-        .route("/api/threads/{thread_id}/uploads/limits", get(uploads::limits).delete(uploads::delete_limits))
+        .route(
+            "/api/threads/{thread_id}/uploads/limits",
+            get(uploads::limits).layer(Extension(upload_limits)).delete(uploads::delete_limits),
+        )
         .route("/api/threads/{thread_id}/uploads/{filename}", delete(uploads::delete))
         .route("/api/threads/{thread_id}/artifacts/{*path}", get(artifacts::get).put(artifacts::put))
         .route("/api/memory", get(memory::get).delete(memory::clear))
@@ -110,7 +116,8 @@ pub fn router(edge: Arc<Edge>) -> Router {
         .route("/api/suggestions/config", get(suggestions::config))
         .route("/api/threads/{thread_id}/suggestions", post(suggestions::generate))
         .route("/api/threads/{thread_id}/token-usage", get(usage::thread))
-        .route("/api/threads/{thread_id}/runs/{run_id}/feedback", put(feedback::upsert).post(feedback::create).delete(feedback::delete));
+        .route("/api/threads/{thread_id}/runs/{run_id}/feedback", put(feedback::upsert).post(feedback::create).delete(feedback::delete))
+        .route("/api/threads/{thread_id}/runs/{run_id}/workspace-changes", get(changes::workspace_changes));
     for (path, capability) in UNSUPPORTED {
         let capability: &'static str = capability;
         router = router.route(
@@ -156,7 +163,7 @@ pub fn is_gateway_path(path: &str) -> bool {
                     | "compact"
                     | "branches"
                     | "goal"
-            ) || matches!(segments.as_slice(), ["api", "threads", _, "runs", _, "feedback", ..])
+            ) || matches!(segments.as_slice(), ["api", "threads", _, "runs", _, "feedback" | "workspace-changes", ..])
         }
         ["api", "threads", ..] => false,
         ["api", "langgraph", ..] => false,

@@ -8,9 +8,15 @@
 //! file (`edge.gateway.upload_spool_dir`) as it arrives, checked against the sandbox's limits on the
 //! way (413 as soon as one is passed, nothing sent to the sandbox), then streamed to the sandbox in
 //! 64 KiB chunks. The spool files are unlinked when the request ends, whatever happened.
+//!
+//! The UI asks for the limits as soon as it shows a new chat, under the thread id it will create, so
+//! before that thread (or its sandbox) exists. The limits are the sandbox service's settings, the same
+//! for every sandbox, so such a thread gets the limits of the last sandbox this router saw
+//! ([`LastLimits`]) rather than a sandbox of its own for every new chat opened; only the first such
+//! request of a process acquires one (as an upload to that thread would).
 
 use std::io::SeekFrom;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
 use antler_proto::sandbox::upload_files_request::Payload;
@@ -31,6 +37,23 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 use super::{Call, acquire_sandbox, artifact_url, refused, thread_exists};
 use crate::edge::{Caller, Edge, json_response};
 use crate::error::ApiError;
+
+/// The upload limits of the last sandbox seen by the upload and limits routes (the sandbox service's
+/// `sandbox.uploads`, the same for every sandbox), answered for a thread that has no sandbox yet.
+/// Refreshed by every upload and every limits request of a thread that has one, so a changed setting
+/// shows there first; the upload itself is always checked against its own sandbox's limits.
+#[derive(Debug, Clone, Default)]
+pub struct LastLimits(Arc<Mutex<Option<SandboxLimits>>>);
+
+impl LastLimits {
+    fn get(&self) -> Option<SandboxLimits> {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn remember(&self, limits: SandboxLimits) {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(limits);
+    }
+}
 
 /// Where uploads live inside a sandbox.
 pub const UPLOADS_DIR: &str = "/mnt/user-data/uploads";
@@ -225,6 +248,7 @@ fn reply_json(thread_id: &str, reply: &UploadFilesResponse) -> Value {
 pub async fn upload(
     State(edge): State<Arc<Edge>>,
     Extension(caller): Extension<Caller>,
+    Extension(last): Extension<LastLimits>,
     Path(thread_id): Path<String>,
     headers: HeaderMap,
     body: Body,
@@ -237,6 +261,9 @@ pub async fn upload(
             return Err(error);
         }
     };
+    if let Some(limits) = sandbox.limits {
+        last.remember(limits);
+    }
     let limits = sandbox.limits.unwrap_or_default();
     let files = spool(&edge, &headers, body, &limits).await?;
     if files.is_empty() {
@@ -285,24 +312,35 @@ pub async fn list(
 }
 
 /// `GET /api/threads/{thread_id}/uploads/limits`: the sandbox's upload limits (`max_files`,
-/// `max_file_size`, `max_total_size`), as configured in `sandbox.uploads`. The thread must be the
-/// caller's (its sandbox is acquired if it has none yet); for a thread that does not exist yet the UI
-/// falls back to the server's checks at upload time.
+/// `max_file_size`, `max_total_size`), as configured in `sandbox.uploads`. A thread of the caller's
+/// without a sandbox gets one (as its first run would); a thread id the caller has no thread for yet —
+/// the UI's new chat — gets the last limits seen ([`LastLimits`]), as DeerFlow answers its configured
+/// limits for any thread id (another user's thread reads as not existing: the limits are no secret).
 pub async fn limits(
     State(edge): State<Arc<Edge>>,
     Extension(caller): Extension<Caller>,
+    Extension(last): Extension<LastLimits>,
     Path(thread_id): Path<String>,
 ) -> Result<Response, ApiError> {
     let call = Call::new(&edge, "sandbox", &caller)?;
     let request = GetSandboxRequest { thread_id: thread_id.clone() };
-    let sandbox = match SandboxServiceClient::new(call.channel()).get_sandbox(call.unary(request)).await {
-        Ok(reply) => reply.into_inner().sandbox,
-        Err(status) if status.code() == tonic::Code::NotFound && thread_exists(&edge, &caller, &thread_id).await? => {
-            Some(acquire_sandbox(&call, &thread_id).await?)
+    let limits = match SandboxServiceClient::new(call.channel()).get_sandbox(call.unary(request)).await {
+        Ok(reply) => reply.into_inner().sandbox.and_then(|s| s.limits),
+        Err(status) if status.code() == tonic::Code::NotFound => {
+            if thread_exists(&edge, &caller, &thread_id).await? {
+                acquire_sandbox(&call, &thread_id).await?.limits
+            } else if let Some(limits) = last.get() {
+                Some(limits)
+            } else {
+                acquire_sandbox(&call, &thread_id).await?.limits
+            }
         }
         Err(status) => return Err(status.into()),
     };
-    let limits = sandbox.and_then(|s| s.limits).unwrap_or_default();
+    if let Some(limits) = limits {
+        last.remember(limits);
+    }
+    let limits = limits.unwrap_or_default();
     Ok(json_response(&json!({
         "max_files": limits.upload_max_files,
         "max_file_size": limits.upload_max_file_bytes,
