@@ -261,3 +261,72 @@ async fn a_state_update_writes_a_checkpoint_and_the_title_outside_a_run() -> any
     }
     Ok(())
 }
+
+/// A rename (UpdateThreadState) racing a run's admission on the same thread, many times over: whichever
+/// commits first, a rename that succeeded is never lost under the run. Either the run was admitted first
+/// (the rename is ABORTED naming it), or the run starts from the renamed checkpoint, or the rename came
+/// after the run had finished (it is the head). Before admission read the head again under the thread's
+/// row, PostgreSQL let a run admitted at the same moment start from the head before the rename, so the
+/// run's checkpoints forked off it and buried the rename.
+#[tokio::test]
+async fn a_rename_racing_an_admission_is_never_lost_under_the_run() -> anyhow::Result<()> {
+    const ROUNDS: usize = 40;
+    for backend in BACKENDS {
+        let db = TestDb::new(backend).await?;
+        let server = start_runs(&db, "")?;
+        let (mut runs, mut threads) = clients(&server).await?;
+        let (mut runs_b, mut threads_b) = clients(&server).await?;
+        let (mut renamed_first, mut after_the_run, mut admitted_first) = (0, 0, 0);
+        for round in 0..ROUNDS {
+            let thread_id = format!("race-{round}");
+            threads.create_thread(authed(CreateThreadRequest { thread_id: thread_id.clone(), ..Default::default() }, ALICE)).await?;
+            // A first run, so the thread has a head for both to read.
+            run_to_end(&mut runs, run_request(&thread_id, json!([{"say": "before"}, {"checkpoint": true}])), T).await?;
+            let title = format!("Renamed {round}");
+            let (renamed, created) = tokio::join!(
+                update_state(&mut threads_b, ALICE, &thread_id, fields(&[("title", string(&title))]), ""),
+                runs_b.create_run(authed(run_request(&thread_id, json!([{"say": "after"}, {"checkpoint": true}])), ALICE)),
+            );
+            let run = created?.into_inner().run.unwrap_or_default();
+            wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+            let events = run_events(&mut runs, ALICE, &run.run_id).await?;
+            let base = match events.first().and_then(|e| e.kind.as_ref()) {
+                Some(run_event::Kind::Metadata(m)) => m.checkpoint_id.clone(),
+                other => anyhow::bail!("{backend:?} round {round}: the run's first event is {other:?}"),
+            };
+            let now = head(&mut threads, &thread_id, "").await?;
+            match renamed {
+                Ok(response) => {
+                    let rename = response.checkpoint.unwrap_or_default();
+                    if base == rename.checkpoint_id {
+                        renamed_first += 1;
+                        assert_eq!(
+                            now.parent_checkpoint_id, rename.checkpoint_id,
+                            "{backend:?} round {round}: the run continues the rename"
+                        );
+                    } else {
+                        after_the_run += 1;
+                        assert_eq!(
+                            now.checkpoint_id, rename.checkpoint_id,
+                            "{backend:?} round {round}: the rename (over {}) succeeded, but run {} started from {base} and its checkpoint {} is the head",
+                            rename.parent_checkpoint_id, run.run_id, now.checkpoint_id
+                        );
+                        assert_eq!(title_of(&now), Some(title.clone()), "{backend:?} round {round}");
+                    }
+                }
+                Err(status) => {
+                    admitted_first += 1;
+                    assert!(
+                        status.code() == tonic::Code::Aborted && status.message().contains(&run.run_id),
+                        "{backend:?} round {round}: {status:?}"
+                    );
+                    assert_eq!(now.parent_checkpoint_id, base, "{backend:?} round {round}: the run continues the head it was admitted on");
+                }
+            }
+        }
+        println!(
+            "{backend:?}: {ROUNDS} races: the run started from the rename in {renamed_first}, the rename followed the run in {after_the_run}, the rename was refused in {admitted_first}"
+        );
+    }
+    Ok(())
+}

@@ -242,6 +242,16 @@ pub(crate) async fn create_or_reject_one(
     loop {
         attempts += 1;
         match engine.store.retry_busy(|| try_admit(engine, user_id, req, fp)).await {
+            Ok(Attempt::Admitted(admitted, effects)) => return Ok((*admitted, effects)),
+            // A state update (a rename) moved the thread's head while this admission read it: the
+            // transaction was rolled back; the next attempt starts from the new head.
+            Ok(Attempt::HeadMoved) if attempts < HEAD_MOVED_ATTEMPTS => continue,
+            Ok(Attempt::HeadMoved) => {
+                return Err(RunsError::Aborted(format!(
+                    "thread {}'s state changed {attempts} times while this run was being admitted\nhint: retry the request",
+                    req.thread_id
+                )));
+            }
             Err(RunsError::Store(e)) if e.is_unique_violation() => {
                 // A concurrent admission won a unique index: the same idempotency key (return its
                 // run), or the thread's active-run slot.
@@ -256,9 +266,21 @@ pub(crate) async fn create_or_reject_one(
                 }
                 return Err(active_run_conflict(&req.thread_id, None));
             }
-            other => return other,
+            Err(other) => return Err(other),
         }
     }
+}
+
+/// Attempts of one admission that may find the head moved under them (a state update is a single
+/// short transaction, so a second attempt almost always finds the head still).
+const HEAD_MOVED_ATTEMPTS: u32 = 5;
+
+/// How one admission transaction ended.
+enum Attempt {
+    Admitted(Box<Admitted>, Effects),
+    /// The thread's head changed between this transaction's read of it and its write of the thread's
+    /// row (rolled back; see [`try_admit`]).
+    HeadMoved,
 }
 
 fn active_run_conflict(thread_id: &str, run_id: Option<&str>) -> RunsError {
@@ -299,7 +321,7 @@ pub(crate) fn reuse(existing: runs::Model, fp: &str) -> Result<Admitted, RunsErr
     }
 }
 
-async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &str) -> Result<(Admitted, Effects), RunsError> {
+async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &str) -> Result<Attempt, RunsError> {
     let tx = engine.store.tx_for(crate::store::Priority::Admission).await?;
     let now = now_ms();
     let mut effects = Effects::default();
@@ -311,7 +333,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
             .one(&*tx)
             .await?;
         if let Some(existing) = existing {
-            return reuse(existing, fp).map(|a| (a, effects));
+            return reuse(existing, fp).map(|a| Attempt::Admitted(Box::new(a), effects));
         }
     }
 
@@ -379,6 +401,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
             .await?
     };
     let mut queued = false;
+    let mut rolled_back = false;
     if let Some(active) = active {
         match strategy {
             MultitaskStrategy::Reject | MultitaskStrategy::Unspecified => {
@@ -389,6 +412,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
             MultitaskStrategy::Interrupt | MultitaskStrategy::Rollback if active.status == FINALIZING => queued = true,
             MultitaskStrategy::Interrupt | MultitaskStrategy::Rollback => {
                 let rollback = strategy == MultitaskStrategy::Rollback;
+                rolled_back = rollback;
                 let action = if rollback { "rollback" } else { "interrupt" };
                 let ending = Ending { status: INTERRUPTED, stop_reason: "superseded".to_owned(), error: None, rollback };
                 runs::Entity::update_many()
@@ -437,6 +461,23 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
             .filter(threads::Column::ThreadId.eq(thread.thread_id.as_str()))
             .exec(&*tx)
             .await?;
+        // The run starts from the head read above, which on PostgreSQL was read without a lock: a
+        // state update (threads.updateState's rename) may have committed a new head since, having
+        // seen no active run (this one is not committed yet). The update just above holds the
+        // thread's row now — it waited for such an update to commit — so the head read again here is
+        // final: when it moved, start over from it rather than run from a head that is no longer the
+        // thread's (the rename would be lost under the run's first checkpoint). A ROLLBACK moved the
+        // head itself (to the superseded run's base); a queued run waits for the active one anyway.
+        if req.checkpoint_id.is_empty() && !queued && !rolled_back {
+            let now_head = threads::Entity::find_by_id((user_id.to_owned(), thread.thread_id.clone()))
+                .one(&*tx)
+                .await?
+                .and_then(|t| t.head_checkpoint_id);
+            if now_head != thread.head_checkpoint_id {
+                tracing::debug!(thread_id = %thread.thread_id, "the thread's head moved during admission; admitting again");
+                return Ok(Attempt::HeadMoved);
+            }
+        }
     }
     // Before the commit: once committed, the dispatcher may start the run at any moment.
     engine.secrets.keep(&run_id, req.secrets.clone().into_iter().collect());
@@ -447,7 +488,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
     engine.backlog.admitted(1);
     engine.user_runs.admitted(user_id, 1);
     metrics::counter!("antler_runs_admitted_total", "strategy" => strategy.as_str_name()).increment(1);
-    Ok((Admitted { run, reused: false }, effects))
+    Ok(Attempt::Admitted(Box::new(Admitted { run, reused: false }), effects))
 }
 
 /// The thread a CreateRun with an empty `thread_id` makes, naming `run_id` as its latest run.
