@@ -46,6 +46,10 @@ pub struct SandboxConfig {
     pub uploads: UploadsConfig,
     /// The bubblewrap provider.
     pub bwrap: BwrapConfig,
+    /// The seccomp filter of bwrap sandboxes (commands and the document converter): `strict` refuses
+    /// the system calls listed in `src/seccomp/policy.rs` (EPERM), `off` installs no filter. Ignored by
+    /// `local`.
+    pub seccomp: SeccompMode,
 }
 
 impl Default for SandboxConfig {
@@ -62,6 +66,24 @@ impl Default for SandboxConfig {
             files: FilesConfig::default(),
             uploads: UploadsConfig::default(),
             bwrap: BwrapConfig::default(),
+            seccomp: SeccompMode::Strict,
+        }
+    }
+}
+
+/// `sandbox.seccomp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SeccompMode {
+    Strict,
+    Off,
+}
+
+impl SeccompMode {
+    pub fn label(self) -> &'static str {
+        match self {
+            SeccompMode::Strict => "strict",
+            SeccompMode::Off => "off",
         }
     }
 }
@@ -561,6 +583,7 @@ mod tests {
         assert_eq!(c.uploads.convert.isolation, ConvertIsolation::Auto);
         assert_eq!((c.uploads.convert.timeout_secs, c.uploads.convert.max_input_bytes), (60, 50 * MIB));
         assert!(!c.bwrap.network);
+        assert_eq!(c.seccomp, SeccompMode::Strict);
         Ok(())
     }
 
@@ -601,6 +624,13 @@ mod tests {
         let example = load(&config)?;
         assert_eq!(format!("{example:?}"), format!("{:?}", SandboxConfig::default()));
         Ok(())
+    }
+
+    #[test]
+    fn seccomp_modes_are_checked() {
+        assert!(matches!(parse("sandbox:\n  seccomp: off\n").map(|c| c.seccomp), Ok(SeccompMode::Off)));
+        let text = parse("sandbox:\n  seccomp: permissive\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("seccomp") && text.contains("permissive"), "{text}");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!   `openat2(RESOLVE_BENEATH)`) are the path policy; `workspace.rs` is the on-disk layout;
 //! * `registry.rs` holds live sandboxes (LRU, lifecycle, running commands), `locks.rs` the per-file locks;
 //! * `files/` has one module per file tool; `exec/` runs commands; `providers/` builds their processes
-//!   (`local.rs`, `bwrap.rs`);
+//!   (`local.rs`, `bwrap.rs`); `seccomp/` is the system-call filter of bwrap sandboxes (`policy.rs`
+//!   lists what it refuses and why);
 //! * `service.rs` is the domain entry point, `api.rs` the thin gRPC layer, `error.rs` the status mapping.
 
 pub mod api;
@@ -25,6 +26,7 @@ pub mod paths;
 pub mod providers;
 pub mod registry;
 pub mod resolve;
+pub mod seccomp;
 pub mod service;
 pub mod skills;
 pub mod workspace;
@@ -59,7 +61,12 @@ fn register<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFut
 /// [`service::Sandboxes::spawn_background`].
 pub fn build(config: &antler_kit::Config, shutdown: tokio_util::sync::CancellationToken) -> Result<Arc<service::Sandboxes>, BoxError> {
     let sandbox_config = config::load(config)?;
-    let selection = providers::select(&sandbox_config, &config.server.data_dir)
+    // Compiled once here, before anything runs under bwrap; a filter that cannot be built stops the
+    // start (the error names sandbox.seccomp) rather than leaving commands unfiltered.
+    let bwrap_possible = sandbox_config.provider != config::ProviderChoice::Local
+        || sandbox_config.uploads.convert.isolation == config::ConvertIsolation::Bwrap;
+    let seccomp = if bwrap_possible { seccomp::Filter::for_mode(sandbox_config.seccomp)? } else { None };
+    let selection = providers::select(&sandbox_config, &config.server.data_dir, seccomp.clone())
         .map_err(|e| format!("cannot prepare the sandbox directories under {}: {e}", config.server.data_dir.display()))?;
     let provider = selection.provider.kind().label();
     match &selection.unusable {
@@ -90,14 +97,41 @@ pub fn build(config: &antler_kit::Config, shutdown: tokio_util::sync::Cancellati
         "false"
     };
     metrics::gauge!("antler_sandbox_provider", "provider" => provider, "fallback" => fallback).set(1.0);
-    let converter =
-        start_converter(&sandbox_config, selection.provider.kind() == providers::ProviderKind::Bwrap && selection.unusable.is_none());
+    let bwrap_commands = selection.provider.kind() == providers::ProviderKind::Bwrap && selection.unusable.is_none();
+    let converter = start_converter(&sandbox_config, bwrap_commands, seccomp.clone());
+    log_seccomp(&sandbox_config, seccomp.as_ref(), bwrap_commands, converter.mode() == "bwrap");
     Ok(Arc::new(service::Sandboxes::new(sandbox_config, selection, shutdown).with_converter(converter)))
+}
+
+/// Says at start-up whether the bwrap sandboxes (commands, the document converter) run under the
+/// seccomp filter: a log line and the gauge `antler_sandbox_seccomp{mode}` (`strict` only when commands
+/// run under bwrap with the filter).
+fn log_seccomp(config: &config::SandboxConfig, filter: Option<&seccomp::Filter>, bwrap_commands: bool, bwrap_converter: bool) {
+    match filter {
+        Some(filter) if bwrap_commands || bwrap_converter => tracing::info!(
+            seccomp = "strict",
+            commands_filtered = bwrap_commands,
+            converter_filtered = bwrap_converter,
+            arch = filter.arch(),
+            refused_calls = filter.refused_calls(),
+            instructions = filter.instructions(),
+            "bwrap sandboxes run under the seccomp filter (sandbox.seccomp: strict)"
+        ),
+        None if bwrap_commands || bwrap_converter => {
+            tracing::warn!(seccomp = "off", "bwrap sandboxes run without a seccomp filter (sandbox.seccomp: off)")
+        }
+        _ => tracing::info!(
+            seccomp = config.seccomp.label(),
+            "no seccomp filter in use: nothing runs under bwrap (sandbox.seccomp applies to bwrap sandboxes only)"
+        ),
+    }
+    let mode = if filter.is_some() && bwrap_commands { "strict" } else { "off" };
+    metrics::gauge!("antler_sandbox_seccomp", "mode" => mode).set(1.0);
 }
 
 /// Starts document conversion (probing the converter, so a broken setup shows at start-up) and logs how
 /// it runs. Blocking; needs a Tokio runtime (the probe runs the converter).
-fn start_converter(config: &config::SandboxConfig, bwrap_commands: bool) -> convert::launch::Converter {
+fn start_converter(config: &config::SandboxConfig, bwrap_commands: bool, seccomp: Option<seccomp::Filter>) -> convert::launch::Converter {
     let convert = &config.uploads.convert;
     if !config.uploads.auto_convert_documents {
         tracing::info!("document conversion is off (sandbox.uploads.auto_convert_documents: false)");
@@ -106,7 +140,7 @@ fn start_converter(config: &config::SandboxConfig, bwrap_commands: bool) -> conv
             "document conversion is switched off (sandbox.uploads.auto_convert_documents: false)",
         );
     }
-    let (converter, reason) = convert::launch::Converter::start(convert, &config.bwrap, bwrap_commands);
+    let (converter, reason) = convert::launch::Converter::start(convert, &config.bwrap, bwrap_commands, seccomp);
     match converter.unusable() {
         Some(_) => tracing::error!(reason = %reason, "document conversion cannot run here: uploads are stored without Markdown"),
         None if converter.mode() == "process" && bwrap_commands => {

@@ -62,6 +62,11 @@ pub const CATALOGUE: Catalogue = &[
         Label::runtime("provider", "the provider selected when the service starts (set then, so present from the first scrape)"),
         Label::runtime("fallback", "true, false or unusable, decided with the provider at start-up"),
     ]),
+    Family::gauge(
+        "antler_sandbox_seccomp",
+        "1 for the seccomp mode bwrap commands run under: strict (the filter is installed) or off (sandbox.seccomp: off, or commands do not run under bwrap).",
+    )
+    .labels(&[Label::runtime("mode", "strict or off, decided with the provider at start-up")]),
 ];
 
 #[cfg(test)]

@@ -8,7 +8,9 @@
 //! uts, cgroup and network namespaces with no network, a read-only system view (the libraries the
 //! executable needs) and the executable bound read-only at [`WORKER_PATH`] — no data directory, no
 //! /tmp of the host; `process` runs it as a plain child. Both drop to `sandbox.bwrap.run_as_uid` when
-//! the service is root and clear the environment; the worker limits itself (see its module).
+//! the service is root and clear the environment; the worker limits itself (see its module). Under bwrap
+//! the worker also gets the seccomp filter of [`crate::seccomp`] (`sandbox.seccomp: strict`): it parses
+//! hostile documents, so it is where an exploit would start.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -75,7 +77,7 @@ impl ConvertError {
 #[derive(Debug, Clone)]
 enum Sandboxing {
     Process,
-    Bwrap { bwrap: PathBuf, prefix: Vec<OsString> },
+    Bwrap { bwrap: PathBuf, prefix: Vec<OsString>, seccomp: Option<crate::seccomp::Filter> },
 }
 
 /// Runs conversions (see the module comment). One per service.
@@ -109,7 +111,12 @@ impl Converter {
     /// Picks the isolation and checks it works by converting a small HTML document (blocking: call it
     /// from a blocking thread inside a Tokio runtime). `bwrap_wanted` is whether commands run under
     /// bwrap here (what `auto` follows). Returns the converter and why it runs the way it does.
-    pub fn start(config: &ConvertConfig, bwrap: &BwrapConfig, bwrap_wanted: bool) -> (Self, String) {
+    pub fn start(
+        config: &ConvertConfig,
+        bwrap: &BwrapConfig,
+        bwrap_wanted: bool,
+        seccomp: Option<crate::seccomp::Filter>,
+    ) -> (Self, String) {
         let run_as = rustix::process::geteuid().is_root().then_some((bwrap.run_as_uid, bwrap.run_as_gid));
         let program = if config.program.as_os_str().is_empty() {
             match std::env::current_exe() {
@@ -138,7 +145,7 @@ impl Converter {
         };
         let mut bwrap_failure = None;
         if want_bwrap {
-            match bwrap_sandboxing(bwrap) {
+            match bwrap_sandboxing(bwrap, seccomp) {
                 Ok(sandboxing) => {
                     let candidate = Self { sandboxing, mode: "bwrap", ..base.clone_settings() };
                     match candidate.probe() {
@@ -247,8 +254,14 @@ impl Converter {
                 command.arg(MARKER);
                 command
             }
-            Sandboxing::Bwrap { bwrap, prefix } => {
+            Sandboxing::Bwrap { bwrap, prefix, seccomp } => {
                 let mut command = tokio::process::Command::new(bwrap);
+                if let Some(filter) = seccomp {
+                    let args = filter
+                        .attach(&mut command)
+                        .map_err(|e| ConvertError::Unavailable(format!("cannot hand the seccomp filter to bwrap: {e}")))?;
+                    command.args(args);
+                }
                 command.args(prefix).arg("--ro-bind").arg(&self.program).arg(WORKER_PATH).args([
                     "--remount-ro",
                     "/",
@@ -356,7 +369,7 @@ fn libc_sigxcpu() -> i32 {
 
 /// The bwrap arguments for the worker: a fresh namespace of every kind, no network, a read-only
 /// system view and nothing else of the host.
-fn bwrap_sandboxing(config: &BwrapConfig) -> Result<Sandboxing, String> {
+fn bwrap_sandboxing(config: &BwrapConfig, seccomp: Option<crate::seccomp::Filter>) -> Result<Sandboxing, String> {
     let bwrap = if config.path.is_empty() {
         find_on_path("bwrap").ok_or_else(|| "bwrap is not installed (Debian package `bubblewrap`) or not on PATH".to_owned())?
     } else {
@@ -389,7 +402,7 @@ fn bwrap_sandboxing(config: &BwrapConfig) -> Result<Sandboxing, String> {
         }
     }
     prefix.extend(["--proc", "/proc", "--dev", "/dev"].iter().map(OsString::from));
-    Ok(Sandboxing::Bwrap { bwrap, prefix })
+    Ok(Sandboxing::Bwrap { bwrap, prefix, seccomp })
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {

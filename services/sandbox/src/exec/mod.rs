@@ -169,7 +169,10 @@ impl Runner {
             injected: &spec.env,
             allowlist: &self.config.env_allowlist,
         };
-        let mut command = self.provider.command(&launch);
+        let mut command = self.provider.command(&launch).map_err(|e| {
+            tracing::error!(sandbox_id = %sandbox.id, error = %e, "cannot prepare a command");
+            SandboxError::Unavailable(format!("the command could not be started ({})", e.kind()))
+        })?;
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
         let child = command.spawn().map_err(|e| {
             tracing::error!(sandbox_id = %sandbox.id, error = %e, "cannot start a command");

@@ -7,6 +7,8 @@
 //! * only this thread's directories mounted, at their virtual paths, and the skills view read-only;
 //! * `--die-with-parent` and `--new-session` (no terminal injection), all capabilities dropped, no nested
 //!   user namespaces;
+//! * the seccomp filter of [`crate::seccomp`] (`sandbox.seccomp: strict`, the default), handed to bwrap
+//!   with `--seccomp FD`;
 //! * an environment cleared to the allowlist plus the injected variables — passed through the process
 //!   environment, never on the command line where other host users could read them;
 //! * resource limits applied by `prlimit` inside the sandbox: processes (RLIMIT_NPROC, counted per
@@ -29,6 +31,7 @@ use crate::config::BwrapConfig;
 use crate::paths::{Root, SKILLS};
 use crate::providers::{Launch, Provider, ProviderKind};
 use crate::resolve::Ownership;
+use crate::seccomp::Filter;
 use crate::workspace::{Layout, Workspace};
 
 /// How long the start-up probe may take before it counts as a failure.
@@ -41,11 +44,13 @@ pub struct BwrapProvider {
     /// Arguments shared by every command: namespaces, system view, /proc, /dev, /tmp.
     prefix: Vec<OsString>,
     run_as: Option<(u32, u32)>,
+    /// The compiled filter (None: `sandbox.seccomp: off`).
+    seccomp: Option<Filter>,
 }
 
 impl BwrapProvider {
     /// Finds the binary and prepares the fixed arguments. Err says why bwrap cannot be used.
-    pub fn new(config: &BwrapConfig) -> Result<Self, String> {
+    pub fn new(config: &BwrapConfig, seccomp: Option<Filter>) -> Result<Self, String> {
         let bwrap = if config.path.is_empty() {
             find_on_path("bwrap").ok_or_else(|| "bwrap is not installed (Debian package `bubblewrap`) or not on PATH".to_owned())?
         } else {
@@ -55,7 +60,7 @@ impl BwrapProvider {
             return Err(format!("{} is not an executable file", bwrap.display()));
         }
         let run_as = rustix::process::geteuid().is_root().then_some((config.run_as_uid, config.run_as_gid));
-        Ok(Self { prefix: prefix_args(config), bwrap, config: config.clone(), run_as })
+        Ok(Self { prefix: prefix_args(config), bwrap, config: config.clone(), run_as, seccomp })
     }
 
     /// Who owns the thread directories so the sandboxed user can write them.
@@ -72,6 +77,10 @@ impl BwrapProvider {
         let workspace = layout.probe_workspace();
         workspace.ensure().map_err(|e| format!("cannot create the probe workspace: {e}"))?;
         let mut command = std::process::Command::new(&self.bwrap);
+        if let Some(filter) = &self.seccomp {
+            let args = filter.attach(&mut command).map_err(|e| format!("cannot hand the seccomp filter to bwrap: {e}"))?;
+            command.args(args);
+        }
         command
             .args(self.args(&workspace, Root::Workspace.virtual_path(), "true"))
             .env_clear()
@@ -107,6 +116,9 @@ impl BwrapProvider {
             let _ = pipe.read_to_string(&mut stderr);
         }
         let mut why = format!("the probe `bwrap ... true` failed ({status}): {}", stderr.trim());
+        if self.seccomp.is_some() && stderr.contains("seccomp") {
+            why.push_str("\nhint: bwrap or this kernel refused the seccomp filter (sandbox.seccomp: strict); sandbox.seccomp: off runs commands without it");
+        }
         if self.run_as.is_some() && stderr.contains("Permission denied") {
             why.push_str(&format!(
                 "\nhint: bwrap runs as uid {} (sandbox.bwrap.run_as_uid); every directory above the data directory must be searchable by it (chmod o+x)",
@@ -154,15 +166,19 @@ impl Provider for BwrapProvider {
         self.config.network
     }
 
-    fn command(&self, launch: &Launch<'_>) -> Command {
+    fn command(&self, launch: &Launch<'_>) -> std::io::Result<Command> {
         let env = crate::exec::env::build(launch.allowlist, launch.injected, Root::Workspace.virtual_path());
         let mut command = Command::new(&self.bwrap);
+        if let Some(filter) = &self.seccomp {
+            let args = filter.attach(&mut command)?;
+            command.args(args);
+        }
         // bwrap itself starts in /; the command starts in --chdir inside the sandbox.
         command.args(self.args(launch.workspace, launch.cwd_virtual, launch.command)).env_clear().envs(env).current_dir("/");
         if let Some((uid, gid)) = self.run_as {
             command.uid(uid).gid(gid);
         }
-        command
+        Ok(command)
     }
 }
 

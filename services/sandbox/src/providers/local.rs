@@ -42,12 +42,12 @@ impl Provider for LocalProvider {
         super::read_only_guard::refusal(command, cwd_in_skills)
     }
 
-    fn command(&self, launch: &Launch<'_>) -> Command {
+    fn command(&self, launch: &Launch<'_>) -> std::io::Result<Command> {
         let home = launch.workspace.host_root(Root::Workspace);
         let env = crate::exec::env::build(launch.allowlist, launch.injected, &home.to_string_lossy());
         let mut command = Command::new("/bin/sh");
         command.arg("-c").arg(map_virtual_paths(launch.command, launch.workspace)).current_dir(launch.cwd_host).env_clear().envs(env);
-        command
+        Ok(command)
     }
 }
 

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::config::{ProviderChoice, SandboxConfig};
 use crate::resolve::Ownership;
+use crate::seccomp::Filter;
 use crate::workspace::{Layout, Workspace};
 
 /// Which provider runs commands.
@@ -62,7 +63,8 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// Whether commands can reach the network.
     fn network_enabled(&self) -> bool;
     /// The process for one command. The runner adds stdio, its own process group and kill-on-drop.
-    fn command(&self, launch: &Launch<'_>) -> tokio::process::Command;
+    /// Err: a resource it needs could not be made (the seccomp filter's descriptor).
+    fn command(&self, launch: &Launch<'_>) -> std::io::Result<tokio::process::Command>;
 }
 
 /// The outcome of provider selection at start-up.
@@ -79,8 +81,9 @@ pub struct Selection {
     pub fell_back: bool,
 }
 
-/// Picks the provider (see the module comment). Creates `{data_dir}/sandbox`.
-pub fn select(config: &SandboxConfig, data_dir: &Path) -> std::io::Result<Selection> {
+/// Picks the provider (see the module comment). Creates `{data_dir}/sandbox`. `seccomp` is the compiled
+/// filter bwrap commands get (None: `sandbox.seccomp: off`); the probe runs with it.
+pub fn select(config: &SandboxConfig, data_dir: &Path, seccomp: Option<Filter>) -> std::io::Result<Selection> {
     let skills = &config.skills;
     let local = |layout: Layout, reason: String| Selection {
         provider: Arc::new(local::LocalProvider::new(config.allow_host_bash)),
@@ -92,7 +95,7 @@ pub fn select(config: &SandboxConfig, data_dir: &Path) -> std::io::Result<Select
     if config.provider == ProviderChoice::Local {
         return Ok(local(Layout::new(data_dir, skills, Ownership::default())?, "sandbox.provider is local".to_owned()));
     }
-    let attempt = bwrap::BwrapProvider::new(&config.bwrap).and_then(|provider| {
+    let attempt = bwrap::BwrapProvider::new(&config.bwrap, seccomp).and_then(|provider| {
         let layout =
             Layout::new(data_dir, skills, provider.ownership()).map_err(|e| format!("cannot create the sandbox directory: {e}"))?;
         provider.probe(&layout)?;

@@ -9,5 +9,6 @@ mod fencing;
 mod files;
 mod hostile_paths;
 mod lifecycle;
+mod seccomp;
 mod skills;
 mod uploads;
