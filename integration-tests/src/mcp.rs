@@ -220,7 +220,7 @@ impl McpProcess {
 /// A CallTool request.
 pub fn call(tool: &str, arguments: serde_json::Value) -> CallToolRequest {
     let arguments = match arguments {
-        serde_json::Value::Object(map) => Some(antler_models::convert::map_to_struct(&map)),
+        serde_json::Value::Object(map) => Some(antler_kit::json::map_to_struct(&map)),
         _ => None,
     };
     CallToolRequest { tool_name: tool.to_owned(), arguments, ..CallToolRequest::default() }

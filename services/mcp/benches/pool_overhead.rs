@@ -211,7 +211,7 @@ fn pooled(client: McpServiceClient<Channel>, tool: &'static str) -> CallFn {
     Arc::new(move || {
         let mut client = client.clone();
         Box::pin(async move {
-            let arguments = antler_mcp::convert::map_to_struct(&echo_args());
+            let arguments = antler_kit::json::map_to_struct(&echo_args());
             let mut request =
                 tonic::Request::new(CallToolRequest { tool_name: tool.into(), arguments: Some(arguments), ..CallToolRequest::default() });
             request.metadata_mut().insert("authorization", format!("Bearer {}", key(0)).parse()?);
@@ -351,7 +351,7 @@ async fn main() -> Result<(), BoxError> {
     let before = rss_bytes(pid)?;
     for user in 1..=sessions {
         let mut c = client.clone();
-        let arguments = antler_mcp::convert::map_to_struct(&echo_args());
+        let arguments = antler_kit::json::map_to_struct(&echo_args());
         let mut request = tonic::Request::new(CallToolRequest {
             tool_name: "http_echo".into(),
             arguments: Some(arguments),

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use antler_kit::Identity;
+use antler_kit::json::{self, Numbers};
 use antler_proto::mcp::*;
 use prost::Message as _;
 use tonic::{Request, Response, Status};
 
 use crate::catalog::ToolEntry;
 use crate::content;
-use crate::convert;
 use crate::error::McpError;
 use crate::pool::breaker;
 use crate::search;
@@ -65,8 +65,8 @@ fn tool_message(tool: &ToolEntry, deferred: bool) -> Tool {
         name: tool.name.clone(),
         original_name: tool.original.clone(),
         description: tool.description.clone(),
-        input_schema: Some(convert::map_to_struct(&tool.input_schema)),
-        output_schema: tool.output_schema.as_ref().map(convert::map_to_struct),
+        input_schema: Some(json::map_to_struct(&tool.input_schema)),
+        output_schema: tool.output_schema.as_ref().map(json::map_to_struct),
         server: tool.server.clone(),
         deferred,
         annotations: tool.annotations.as_ref().map(|a| antler_proto::mcp::ToolAnnotations {
@@ -213,7 +213,7 @@ impl mcp_service_server::McpService for McpApi {
         };
         let input = CallInput {
             tool_name: req.tool_name,
-            arguments: req.arguments.as_ref().map(convert::struct_to_map).unwrap_or_default(),
+            arguments: req.arguments.as_ref().map(|s| json::struct_to_map(s, Numbers::WholeAsInteger)).unwrap_or_default(),
             thread_id: (!req.thread_id.is_empty()).then_some(req.thread_id),
             timeout,
             run_id: req.run_id,
@@ -230,10 +230,10 @@ impl mcp_service_server::McpService for McpApi {
             .map(|blocks| blocks.iter().map(|b| content::block(b, &output.rewrites)).collect())
             .unwrap_or_default();
         let structured_content = match result.get("structuredContent") {
-            Some(serde_json::Value::Object(map)) => Some(convert::map_to_struct(map)),
+            Some(serde_json::Value::Object(map)) => Some(json::map_to_struct(map)),
             // A non-object structured result (allowed since 2026-07-28) is wrapped so nothing is lost.
             Some(serde_json::Value::Null) | None => None,
-            Some(other) => Some(convert::map_to_struct(&serde_json::Map::from_iter([("result".to_owned(), other.clone())]))),
+            Some(other) => Some(json::map_to_struct(&serde_json::Map::from_iter([("result".to_owned(), other.clone())]))),
         };
         let response = CallToolResponse {
             content,
@@ -269,19 +269,19 @@ impl mcp_service_server::McpService for McpApi {
     async fn get_config(&self, request: Request<GetConfigRequest>) -> Result<Response<GetConfigResponse>, Status> {
         let user = user(&request)?;
         let (servers, inline_servers, config_hash) = self.hub.get_config(&user).await?;
-        Ok(Response::new(GetConfigResponse { servers: Some(convert::map_to_struct(&servers)), inline_servers, config_hash }))
+        Ok(Response::new(GetConfigResponse { servers: Some(json::map_to_struct(&servers)), inline_servers, config_hash }))
     }
 
     async fn update_config(&self, request: Request<UpdateConfigRequest>) -> Result<Response<UpdateConfigResponse>, Status> {
         let user = user(&request)?;
         let request = request.into_inner();
-        let servers = match request.servers.as_ref().map(convert::struct_to_map) {
+        let servers = match request.servers.as_ref().map(|s| json::struct_to_map(s, Numbers::WholeAsInteger)) {
             Some(map) if !map.is_empty() || request.replace => map,
             None if request.replace => serde_json::Map::new(),
             _ => return Err(McpError::invalid("servers", "is required: the entries to change, by server name").into()),
         };
         let (servers, report) = self.hub.update_config(&user, servers, request.replace).await?;
-        Ok(Response::new(UpdateConfigResponse { servers: Some(convert::map_to_struct(&servers)), reload: Some(reload_response(report)) }))
+        Ok(Response::new(UpdateConfigResponse { servers: Some(json::map_to_struct(&servers)), reload: Some(reload_response(report)) }))
     }
 
     async fn get_pool_stats(&self, request: Request<GetPoolStatsRequest>) -> Result<Response<GetPoolStatsResponse>, Status> {

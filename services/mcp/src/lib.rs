@@ -16,7 +16,6 @@ pub mod api;
 pub mod catalog;
 pub mod config;
 pub mod content;
-pub mod convert;
 pub mod discovery;
 pub mod editor;
 pub mod error;

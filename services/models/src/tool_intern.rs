@@ -37,7 +37,10 @@ impl CallTool {
 
 impl From<ToolSpec> for CallTool {
     fn from(tool: ToolSpec) -> Self {
-        let parameters = tool.parameters.as_ref().map(|p| serde_json::Value::Object(crate::convert::struct_to_map(p)).to_string());
+        let parameters = tool
+            .parameters
+            .as_ref()
+            .map(|p| serde_json::Value::Object(antler_kit::json::struct_to_map(p, antler_kit::json::Numbers::WholeAsInteger)).to_string());
         Self { name: tool.name, description: tool.description, parameters }
     }
 }

@@ -27,11 +27,11 @@ use serde_json::{Map, Value, json};
 use super::http::{Http, SseEvent, SseParser};
 use super::openai::file_reference;
 use super::{Attempt, Provider, apply_settings};
-use crate::convert::struct_to_map;
 use crate::error::{ModelError, UpstreamError, UpstreamKind};
 use crate::events::{Event, Stop, UsageReport};
 use crate::request::{ChatCall, ToolUse};
 use crate::spec::ModelSpec;
+use antler_kit::json::{Numbers, struct_to_map};
 
 /// Body fields the provider owns.
 const RESERVED: &[&str] = &["model", "messages", "system", "stream", "tools", "tool_choice"];
@@ -251,7 +251,7 @@ fn assistant_blocks(m: &Message) -> Vec<Value> {
     }
     for call in &m.tool_calls {
         // Arguments that were never a JSON object cannot be sent as `input`; the tool result says what failed.
-        let input = call.arguments.as_ref().map(|a| Value::Object(struct_to_map(a))).unwrap_or_else(|| json!({}));
+        let input = call.arguments.as_ref().map(|a| Value::Object(struct_to_map(a, Numbers::WholeAsInteger))).unwrap_or_else(|| json!({}));
         blocks.push(json!({ "type": "tool_use", "id": call.id, "name": call.name, "input": input }));
     }
     blocks

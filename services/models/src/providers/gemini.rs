@@ -37,11 +37,11 @@ use serde_json::{Map, Value, json};
 use super::http::{Http, SseEvent, SseParser};
 use super::openai::file_reference;
 use super::{Attempt, Provider};
-use crate::convert::struct_to_map;
 use crate::error::{ModelError, UpstreamError, UpstreamKind};
 use crate::events::{Event, Stop, UsageReport};
 use crate::request::{ChatCall, ToolUse};
 use crate::spec::ModelSpec;
+use antler_kit::json::{Numbers, struct_to_map};
 
 /// Model settings that become `generationConfig` fields.
 const GENERATION: &[(&str, &str)] = &[
@@ -413,7 +413,7 @@ fn model_parts(m: &Message) -> Vec<Value> {
         .collect();
     let text_parts = parts.len();
     for call in &m.tool_calls {
-        let args = call.arguments.as_ref().map(|a| Value::Object(struct_to_map(a))).unwrap_or_else(|| json!({}));
+        let args = call.arguments.as_ref().map(|a| Value::Object(struct_to_map(a, Numbers::WholeAsInteger))).unwrap_or_else(|| json!({}));
         parts.push(json!({ "functionCall": { "name": call.name, "args": args } }));
     }
     let carrier = if parts.len() > text_parts { Some(text_parts) } else { text_parts.checked_sub(1) };

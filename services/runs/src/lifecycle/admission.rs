@@ -534,7 +534,7 @@ pub(crate) fn new_run(
     antler_kit::redact::redact_message_in_place(&mut stored);
     stored.thread_id = thread_id.to_owned();
     let model_name = stored.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
-    let metadata = stored.metadata.as_ref().map(struct_to_json).unwrap_or_else(|| "{}".to_owned());
+    let metadata = stored.metadata.as_ref().map(antler_kit::json::struct_to_json_text).unwrap_or_else(|| "{}".to_owned());
     // A large input goes to its own table: the runs row is rewritten by every event append.
     let input = (stored.encoded_len() > INLINE_REQUEST_BYTES && !stored.input.is_empty()).then(|| run_inputs::Model {
         run_id: run_id.clone(),
@@ -609,9 +609,4 @@ pub fn apply(engine: &Engine, effects: Effects) {
         }
     }
     engine.wake.notify_one();
-}
-
-/// A Struct as a JSON object string (for storage).
-pub fn struct_to_json(value: &prost_types::Struct) -> String {
-    serde_json::to_string(&antler_kit::json::struct_to_json(value)).unwrap_or_else(|_| "{}".to_owned())
 }

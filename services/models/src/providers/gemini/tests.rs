@@ -123,7 +123,7 @@ fn the_request_has_contents_system_tools_and_generation_config() -> Result<(), M
             tool_calls: vec![ToolCall {
                 id: "call_1".into(),
                 name: "ls".into(),
-                arguments: Some(crate::convert::map_to_struct(&settings(json!({"path": "/"})))),
+                arguments: Some(antler_kit::json::map_to_struct(&settings(json!({"path": "/"})))),
                 ..ToolCall::default()
             }],
             ..Message::default()
