@@ -9,7 +9,7 @@ use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::{CreateRunRequest, RunStatus, StreamRunRequest};
 use std::path::PathBuf;
 
-use crate::cli::{ColorChoice, Style};
+use crate::output::{ColorChoice, Style};
 use antler_kit::tls::{ClientTls, ClientTlsConfig, Fields};
 use anyhow::{Result, bail};
 use tokio_stream::StreamExt;
@@ -51,6 +51,17 @@ impl TlsArgs {
             server_name: self.server_name.clone().unwrap_or_default(),
         }
     }
+}
+
+/// A failure the exit code distinguishes, besides a gRPC status (which is carried as itself).
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The server could not be reached.
+    #[error("{0}")]
+    Connect(String),
+    /// The run ended with a status other than SUCCESS.
+    #[error("the run ended {}", .0.as_str_name().trim_start_matches("RUN_STATUS_"))]
+    RunEnded(RunStatus),
 }
 
 /// Where the CLI connects without `--addr` / `ANTLER_ADDR`.
@@ -158,7 +169,7 @@ pub async fn connect_with(endpoint: &str, wait: Duration, tls: Option<&ClientTls
                 } else {
                     ""
                 };
-                return Err(crate::cli::Failure::Connect(format!("cannot connect to {endpoint}: {reason}{hint}")).into());
+                return Err(Failure::Connect(format!("cannot connect to {endpoint}: {reason}{hint}")).into());
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
@@ -268,44 +279,6 @@ fn waiting_for(kind: &Kind) -> String {
         Kind::End(_) => "finishing".to_owned(),
         _ => "waiting for the model".to_owned(),
     }
-}
-
-/// What `antler memory` does.
-#[derive(Debug)]
-pub enum MemoryAction {
-    Import(std::path::PathBuf),
-    Export(String),
-}
-
-/// `antler memory import|export`: one ImportMemory / ExportMemory call.
-pub async fn memory(conn: &crate::cli::Conn, agent: &str, action: MemoryAction) -> Result<()> {
-    use antler_proto::memory::memory_service_client::MemoryServiceClient;
-    use antler_proto::memory::{ExportMemoryRequest, ImportMemoryRequest};
-    let channel = conn.channel().await?;
-    let mut client = MemoryServiceClient::new(channel).max_decoding_message_size(64 << 20).max_encoding_message_size(64 << 20);
-    match action {
-        MemoryAction::Import(path) => {
-            let document = if path.as_os_str() == "-" {
-                std::io::read_to_string(std::io::stdin())?
-            } else {
-                std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
-            };
-            let r = client.import_memory(conn.request(ImportMemoryRequest { agent_name: agent.to_owned(), document })?).await?.into_inner();
-            outln!(
-                "imported memory.json v{}: {} facts, {} skipped (already known or not active), {} summary sections, {} evicted by the cap",
-                r.version,
-                r.facts_imported,
-                r.facts_skipped,
-                r.sections_imported,
-                r.evicted_fact_ids.len()
-            )?;
-        }
-        MemoryAction::Export(version) => {
-            let r = client.export_memory(conn.request(ExportMemoryRequest { agent_name: agent.to_owned(), version })?).await?.into_inner();
-            outln!("{}", r.document)?;
-        }
-    }
-    Ok(())
 }
 
 /// Which streamed text a line is in the middle of.

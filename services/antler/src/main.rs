@@ -64,8 +64,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = cli::Multitask::Reject)]
         multitask: cli::Multitask,
         /// Colours: auto (on a terminal, unless NO_COLOR is set or TERM=dumb), always, never.
-        #[arg(long, value_enum, default_value_t = cli::ColorChoice::Auto)]
-        color: cli::ColorChoice,
+        #[arg(long, value_enum, default_value_t = output::ColorChoice::Auto)]
+        color: output::ColorChoice,
     },
     /// Start one service on its own (for a multi-process or Kubernetes install).
     Serve {
@@ -213,7 +213,7 @@ fn spawn_demo(serve: &ServeArgs) -> anyhow::Result<()> {
         let result = async {
             let channel = client::connect_with(&endpoint, Duration::from_secs(30), tls.as_ref()).await?;
             outln!("\ndemo run: the lead agent, played by the built-in `demo` replay model unless antler.yaml configures models")?;
-            client::stream_and_print(channel, token.as_deref(), client::demo_request(), cli::ColorChoice::Auto).await
+            client::stream_and_print(channel, token.as_deref(), client::demo_request(), output::ColorChoice::Auto).await
         }
         .await;
         match result {
@@ -257,14 +257,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let status = client::stream_and_print(channel, token.as_deref(), create, color).await?;
             if status != antler_proto::runs::RunStatus::Success {
-                return Err(cli::Failure::RunEnded(status).into());
+                return Err(client::Failure::RunEnded(status).into());
             }
         }
         Command::Memory { command, conn, agent } => match command {
             MemoryCommand::List { page } => cli::memory::run(&conn, &agent, cli::memory::Action::List(page)).await?,
             MemoryCommand::Search { query, limit } => cli::memory::run(&conn, &agent, cli::memory::Action::Search { query, limit }).await?,
-            MemoryCommand::Import { file } => client::memory(&conn, &agent, client::MemoryAction::Import(file)).await?,
-            MemoryCommand::Export { version } => client::memory(&conn, &agent, client::MemoryAction::Export(version)).await?,
+            MemoryCommand::Import { file } => cli::memory::transfer(&conn, &agent, cli::memory::Transfer::Import(file)).await?,
+            MemoryCommand::Export { version } => cli::memory::transfer(&conn, &agent, cli::memory::Transfer::Export(version)).await?,
             MemoryCommand::Flush { thread, timeout } => {
                 cli::memory::run(&conn, &agent, cli::memory::Action::Flush { thread, timeout: Duration::from_secs(timeout) }).await?
             }

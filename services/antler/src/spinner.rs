@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use antler_proto::runs::ToolCallDelta;
 
-use crate::cli::ColorChoice;
+use crate::output::{ColorChoice, allowed};
 
 /// How long nothing must arrive before the spinner shows (a quick run never flickers).
 pub const DELAY: Duration = Duration::from_millis(400);
@@ -26,11 +26,6 @@ pub const DELAY: Duration = Duration::from_millis(400);
 pub const TICK: Duration = Duration::from_millis(100);
 
 const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
-
-/// Whether a spinner may be drawn: a terminal, and neither `NO_COLOR` nor `TERM=dumb`.
-pub fn allowed(is_terminal: bool, no_color: Option<&str>, term: Option<&str>) -> bool {
-    is_terminal && no_color.is_none_or(str::is_empty) && term != Some("dumb")
-}
 
 /// See the module documentation.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! What every HTTP handler shares: the settings, the assistant this server runs, the gRPC clients of
-//! the services the routes translate onto, and the gate every request passes (the concurrency limit,
-//! authentication exactly as the gRPC stack does it, a span with the caller's trace).
+//! the services the routes translate onto, and authentication exactly as the gRPC stack does it (the
+//! gate every request passes is `gate.rs`).
 //!
 //! The edge owns no state of its own: each route is a call of the runs (or another service's) gRPC
 //! API made as the caller — the caller's own token forwarded, or within one process the process's
@@ -17,13 +17,10 @@ use antler_kit::trace_context::TraceContext;
 use antler_kit::transport::Transport;
 use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::thread_service_client::ThreadServiceClient;
-use axum::extract::{Request, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::config::EdgeConfig;
 use crate::error::ApiError;
@@ -84,6 +81,11 @@ impl Edge {
         Ok(Self { config, assistant, context_keys, auth, shutdown, clients, logins, runs, permits })
     }
 
+    /// A slot of `edge.max_concurrent_requests`, or none when all are taken.
+    pub fn try_admit(&self) -> Option<OwnedSemaphorePermit> {
+        self.permits.clone().try_acquire_owned().ok()
+    }
+
     pub fn runs(&self) -> RunServiceClient<Transport> {
         RunServiceClient::new(self.runs.channel())
     }
@@ -139,119 +141,9 @@ impl Edge {
     }
 }
 
-/// JSON text of a value (serde_json cannot fail on a `Value`).
-pub fn json_text(value: &serde_json::Value) -> String {
-    serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
-}
-
-/// A JSON response body.
-pub fn json_body(value: &serde_json::Value) -> axum::body::Body {
-    axum::body::Body::from(json_text(value))
-}
-
-/// A 200 JSON response.
-pub fn json_response(value: &serde_json::Value) -> Response {
-    let mut response = json_body(value).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
 /// A 501 naming `capability` (an endpoint Antler does not serve), answered once the request's body
 /// is read and dropped — bounded by `edge.max_body_bytes`, 413 past it — so a client still uploading
 /// sees the 501 rather than a reset connection, and can send its next request on the same one.
 pub async fn unsupported(State(edge): State<Arc<Edge>>, headers: HeaderMap, body: axum::body::Body, capability: &'static str) -> ApiError {
     crate::request::answer_after_body(&headers, body, edge.config.max_body_bytes, ApiError::unsupported_endpoint(capability)).await
-}
-
-/// Paths served without credentials: liveness and the server's description (no user data), and the
-/// gateway's sign-in routes (which check the credential they are given themselves).
-fn is_public(path: &str) -> bool {
-    matches!(path, "/ok" | "/info") || crate::gateway::auth::is_public(path)
-}
-
-/// The `endpoint` label of `antler_langgraph_requests_total`: a fixed word per kind of call (the
-/// LangGraph API under `/api/` counts as at the root).
-pub fn endpoint_of(path: &str) -> &'static str {
-    if crate::gateway::is_gateway_path(path) {
-        return "gateway";
-    }
-    let path = path.strip_prefix(crate::langgraph::routes::API_PREFIX).filter(|p| p.starts_with('/')).unwrap_or(path);
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    match segments.as_slice() {
-        ["ok"] | ["info"] => "system",
-        ["assistants", ..] => "assistants",
-        ["threads", _, "runs", "stream"] | ["threads", _, "runs", _, "stream"] => "stream",
-        ["threads", _, "runs", "wait"] => "wait",
-        ["threads", _, "runs", _, "join"] => "join",
-        ["threads", _, "runs", _, "cancel"] => "cancel",
-        ["threads", _, "runs", ..] => "runs",
-        ["threads", _, "state", ..] => "state",
-        ["threads", _, "history"] | ["threads", _, "messages", "page"] => "history",
-        ["threads", ..] => "threads",
-        _ => "other",
-    }
-}
-
-/// Counts each request by endpoint and HTTP status (both bounded sets), then passes it to [`admit`].
-pub async fn gate(State(edge): State<Arc<Edge>>, request: Request, next: Next) -> Response {
-    let endpoint = endpoint_of(request.uri().path());
-    let response = admit(edge, request, next).await;
-    metrics::counter!("antler_langgraph_requests_total", "endpoint" => endpoint, "status" => response.status().as_str().to_owned())
-        .increment(1);
-    response
-}
-
-/// Sheds load beyond `max_concurrent_requests` (429, not a queue), authenticates, and hands the
-/// handler its [`Caller`].
-async fn admit(edge: Arc<Edge>, mut request: Request, next: Next) -> Response {
-    let Ok(permit) = edge.permits.clone().try_acquire_owned() else {
-        return refuse(&edge, request, ApiError::busy(edge.config.max_concurrent_requests)).await;
-    };
-    let trace = TraceContext::from_traceparent(request.headers().get("traceparent").and_then(|v| v.to_str().ok()));
-    let identity = if is_public(request.uri().path()) {
-        Identity::local("anonymous")
-    } else {
-        // A browser signed in through the gateway presents its session cookie instead of a key.
-        let session = match crate::gateway::session::cookie_headers(edge.auth.enabled(), request.method(), request.headers()) {
-            Ok(session) => session,
-            Err(error) => return refuse(&edge, request, error).await,
-        };
-        match edge.authenticate(session.as_ref().unwrap_or(request.headers())) {
-            Ok(identity) => identity,
-            Err(error) => return refuse(&edge, request, error).await,
-        }
-    };
-    let span = tracing::info_span!("edge", method = %request.method(), path = %request.uri().path(), trace_id = %trace.trace_id_hex());
-    request.extensions_mut().insert(Caller { identity, trace, permit: Arc::new(permit) });
-    next.run(request).instrument(span).await
-}
-
-/// The gate's own refusal (busy, unauthenticated, a missing CSRF token), answered once the request's
-/// body is read and dropped (at most `edge.max_body_bytes`): unread, it makes the server close the
-/// connection after the answer, and a client that reuses the connection — a browser after a 403 —
-/// sees it cut instead of an answer. Past the limit the reading stops and this refusal still answers.
-async fn refuse(edge: &Edge, request: Request, error: ApiError) -> Response {
-    let (parts, body) = request.into_parts();
-    let _ = crate::request::discard_body(&parts.headers, body, edge.config.max_body_bytes).await;
-    error.into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn endpoints_are_a_fixed_set_of_words() {
-        assert_eq!(endpoint_of("/threads/t-1/runs/stream"), "stream");
-        assert_eq!(endpoint_of("/threads/t-1/runs/r-1/stream"), "stream");
-        assert_eq!(endpoint_of("/threads/t-1/runs/r-1"), "runs");
-        assert_eq!(endpoint_of("/threads/t-1/state/c-1"), "state");
-        assert_eq!(endpoint_of("/threads/search"), "threads");
-        assert_eq!(endpoint_of("/store/items"), "other");
-        assert_eq!(endpoint_of("/api/threads/search"), "threads");
-        assert_eq!(endpoint_of("/api/threads/t-1/runs/r-1/stream"), "stream");
-        assert_eq!(endpoint_of("/api/threads/t-1/messages/page"), "history");
-        assert_eq!(endpoint_of("/apiary"), "other");
-        assert_eq!(endpoint_of("/api/threads/t-1/uploads/list"), "gateway");
-    }
 }

@@ -127,7 +127,7 @@ impl IntoResponse for ApiError {
         if let Some(param) = &self.param {
             body["param"] = serde_json::Value::String(param.clone());
         }
-        let mut response = (self.status, crate::edge::json_body(&body)).into_response();
+        let mut response = (self.status, crate::json::json_body(&body)).into_response();
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(secs) = self.retry_after
             && let Ok(value) = HeaderValue::from_str(&secs.to_string())

@@ -5,15 +5,18 @@
 //! is a translation onto the gRPC API of the service that owns the data, called as the caller, so
 //! auth, ownership, validation and errors are the gRPC API's.
 //!
-//! Files: `server.rs` (the listener), `edge.rs` (shared state, the gate: limits, auth, tracing),
-//! `error.rs` (HTTP errors and the gRPC → HTTP table), `request.rs` (bodies and queries),
+//! Files: `server.rs` (the listener), `edge.rs` (shared state and authentication), `gate.rs` (what
+//! every request passes: limits, auth, tracing, counts), `json.rs` (JSON answers), `error.rs` (HTTP
+//! errors and the gRPC → HTTP table), `request.rs` (bodies and queries),
 //! `config.rs` (the `edge` section), `langgraph/` (the LangGraph API: routes, run options, SSE),
 //! `gateway/` (DeerFlow's gateway routes: `/api/*` and `/api/v1/auth/*`).
 
 pub mod config;
 pub mod edge;
 pub mod error;
+pub mod gate;
 pub mod gateway;
+pub mod json;
 pub mod langgraph;
 pub mod metrics_catalog;
 pub mod request;

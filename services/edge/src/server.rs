@@ -7,7 +7,8 @@ use std::sync::Arc;
 use antler_kit::cli::{BoxError, ServiceContext};
 use tracing::Instrument;
 
-use crate::edge::{Edge, gate};
+use crate::edge::Edge;
+use crate::gate::gate;
 use crate::langgraph::convert::Assistant;
 
 /// The gRPC listener's rule for this one: no unauthenticated API beyond this machine unless a proxy

@@ -19,7 +19,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::ConfigError;
+use crate::config::error::ConfigError;
 
 /// Metadata key a service principal uses to name the user it acts for.
 pub const ACT_AS_HEADER: &str = "x-antler-user";

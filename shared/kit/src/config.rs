@@ -6,6 +6,7 @@
 
 pub mod deerflow;
 mod env;
+pub mod error;
 pub mod reload;
 
 use std::net::SocketAddr;
@@ -17,53 +18,10 @@ use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
 use sha2::Digest;
 
+pub use error::{ConfigError, SECTIONS, check_range};
+
 use crate::auth::AuthConfig;
-use crate::tls::{ClientTlsConfig, ServerTlsConfig};
-
-/// The top-level sections `antler.yaml` may contain.
-pub const SECTIONS: &[&str] = &["server", "clients", "runs", "sandbox", "mcp", "models", "memory", "edge"];
-
-/// Everything that can be wrong with a configuration file.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}\nhint: pass an existing file with --config, or omit it to use the defaults")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("{origin} is not valid YAML: {message}")]
-    Parse { origin: String, message: String },
-    #[error(
-        "environment variable `{var}` referenced at `{path}` is not set\nhint: export it, or write `${{{var}:-default}}` to give a default"
-    )]
-    MissingEnv { var: String, path: String },
-    #[error("bad variable reference at `{path}`: {problem}")]
-    BadReference { path: String, problem: String },
-    #[error(
-        "unknown top-level section `{section}`\nhint: the sections are {}; a DeerFlow config.yaml is read as such when it has \
-         config_version or a section only DeerFlow has",
-        SECTIONS.join(", ")
-    )]
-    UnknownSection { section: String },
-    #[error("invalid config at `{path}`: {message}")]
-    Invalid { path: String, message: String },
-    #[error("`{path}` = {value} is out of range: {limit}")]
-    OutOfRange { path: String, value: String, limit: String },
-    #[error(transparent)]
-    Tls(#[from] crate::tls::TlsError),
-    /// An error about a setting that a DeerFlow `config.yaml` supplied, with the DeerFlow key named.
-    // `error`, not `source`: the note belongs to the message, and a source would be printed twice by
-    // error chains.
-    #[error("{error}\nnote: `{antler_path}` is set from DeerFlow's `{deerflow_path}`")]
-    FromDeerflow { error: Box<ConfigError>, antler_path: String, deerflow_path: String },
-}
-
-impl ConfigError {
-    /// The YAML path the error is about, when it names one.
-    pub fn path(&self) -> Option<&str> {
-        match self {
-            Self::Invalid { path, .. } | Self::OutOfRange { path, .. } => Some(path),
-            _ => None,
-        }
-    }
-}
+use crate::tls::{ClientTlsConfig, Fields, ServerTlsConfig};
 
 /// The `server` section: how this process listens and protects itself.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -533,7 +491,7 @@ impl Config {
             check_range(&format!("{path}.retries"), u64::from(client.retries), 0, 20)?;
             check_range(&format!("{path}.backoff_max_ms"), client.backoff_max_ms, client.backoff_base_ms, 600_000)?;
         }
-        crate::tls::validate(self)?;
+        validate_tls(self)?;
         Ok(())
     }
 }
@@ -588,13 +546,35 @@ fn explain(translation: Option<&deerflow::Translation>, error: ConfigError) -> C
     }
 }
 
-/// Checks `min <= value <= max`, naming the path and the limit otherwise.
-pub fn check_range(path: &str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
-    if (min..=max).contains(&value) {
-        Ok(())
-    } else {
-        Err(ConfigError::OutOfRange { path: path.to_owned(), value: value.to_string(), limit: format!("must be between {min} and {max}") })
+/// Checks the TLS settings of `config` against the client endpoints (the files are read by [`crate::client::check_tls`]).
+fn validate_tls(config: &Config) -> Result<(), ConfigError> {
+    config.server.tls.validate()?;
+    for (name, client) in config.clients.iter() {
+        let fields = Fields::Yaml(format!("clients.{name}.tls"));
+        client.tls.validate(&fields)?;
+        if client.tls.is_empty() {
+            continue;
+        }
+        let at = format!("clients.{name}.tls");
+        if client.endpoint.starts_with("http://") {
+            return Err(ConfigError::Invalid {
+                path: at,
+                message: format!(
+                    "is set but clients.{name}.endpoint `{}` is plaintext\nhint: use an https:// endpoint, or remove clients.{name}.tls",
+                    client.endpoint
+                ),
+            });
+        }
+        if client.endpoint.is_empty() && !config.server.tls.enabled() {
+            return Err(ConfigError::Invalid {
+                path: at,
+                message: format!(
+                    "is set but clients.{name}.endpoint is empty (this process) and server.tls.cert is not set, so the call is plaintext\nhint: set server.tls, or point the endpoint at an https:// server"
+                ),
+            });
+        }
     }
+    Ok(())
 }
 
 fn take_section<T: DeserializeOwned + Default>(root: &mut Mapping, name: &str) -> Result<T, ConfigError> {

@@ -1,24 +1,20 @@
-//! OTLP export of the `tracing` spans (`server.tracing`), and the bridge between the kit's own W3C
-//! [`TraceContext`] and OpenTelemetry's span ids.
+//! OTLP export of the `tracing` spans (`server.tracing`).
 //!
-//! With export on, the span of each request continues the trace of the `traceparent` it arrived with,
-//! and the [`TraceContext`] handed to outbound calls names that span's OpenTelemetry id, so a trace
-//! reads runs → models → sandbox across processes. With export off, nothing here has an effect: the
-//! calls below find no OpenTelemetry layer and keep the kit's own ids.
+//! With export on, the span of each request continues the trace of the `traceparent` it arrived with
+//! (the bridge is in [`crate::trace_context`]), so a trace reads runs → models → sandbox across
+//! processes. With export off, no OpenTelemetry layer is installed and the kit keeps its own ids.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _};
+use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanData, SpanExporter};
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::{OtlpProtocol, TracingConfig};
 use crate::tls::{ClientTls, Fields};
-use crate::trace_context::TraceContext;
 
 /// Failures setting export up.
 #[derive(Debug, thiserror::Error)]
@@ -99,39 +95,6 @@ where
     S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
 {
     tracing_opentelemetry::layer().with_tracer(provider.tracer("antler"))
-}
-
-/// Makes `span` (not yet entered) continue `incoming`'s trace when it came from a caller, and returns
-/// the context outbound calls should carry: `span`'s own ids when it is exported, `incoming` otherwise.
-pub fn continue_in(span: &tracing::Span, incoming: TraceContext) -> TraceContext {
-    if let Some(parent) = incoming.parent_span_id {
-        let flags = if incoming.sampled { TraceFlags::SAMPLED } else { TraceFlags::default() };
-        let remote = SpanContext::new(
-            TraceId::from_bytes(incoming.trace_id.to_be_bytes()),
-            SpanId::from_bytes(parent.to_be_bytes()),
-            flags,
-            true,
-            TraceState::default(),
-        );
-        // Fails only when no OpenTelemetry layer is installed, which is the export-off case.
-        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
-    }
-    match of_span(span) {
-        Some(own) => TraceContext { parent_span_id: incoming.parent_span_id, ..own },
-        None => incoming,
-    }
-}
-
-/// The exported span's ids, when `span` is exported.
-pub fn of_span(span: &tracing::Span) -> Option<TraceContext> {
-    let cx = span.context();
-    let sc = cx.span().span_context().clone();
-    sc.is_valid().then(|| TraceContext {
-        trace_id: u128::from_be_bytes(sc.trace_id().to_bytes()),
-        span_id: u64::from_be_bytes(sc.span_id().to_bytes()),
-        parent_span_id: None,
-        sampled: sc.is_sampled(),
-    })
 }
 
 /// Runs the exporter's calls on the server's tokio runtime. The SDK's batch processor exports from a

@@ -22,6 +22,7 @@
 //! * an `http://` endpoint: plaintext (and any `tls` setting there is a configuration error).
 
 mod client;
+pub mod error;
 mod pem;
 mod pinned;
 mod reload;
@@ -37,7 +38,9 @@ use serde::{Deserialize, Serialize};
 pub use client::{ClientTls, Connector};
 pub use server::{ServerTls, TlsConn};
 
-use crate::config::{Config, ConfigError, check_range};
+pub use error::TlsError;
+
+use crate::config::error::{ConfigError, check_range};
 
 /// The `server.tls` section.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,27 +179,6 @@ impl Fields {
     }
 }
 
-/// What can be wrong with the certificate and key files. Each error names the setting and the file.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("cannot read {field} file {}: {source}\nhint: check that the file exists and that this process may read it", path.display())]
-    Read { field: String, path: PathBuf, source: std::io::Error },
-    #[error("{field} file {} holds no PEM {what}\nhint: {hint}", path.display())]
-    NoPem { field: String, path: PathBuf, what: &'static str, hint: &'static str },
-    #[error("{field} file {} is not valid PEM: {message}\nhint: the file must hold base64 blocks between -----BEGIN …----- and -----END …----- lines", path.display())]
-    BadPem { field: String, path: PathBuf, message: String },
-    #[error("{field} file {} cannot be used: {message}", path.display())]
-    Rejected { field: String, path: PathBuf, message: String },
-    #[error(
-        "the private key in {key_field} ({}) does not belong to the certificate in {cert_field} ({})\nhint: give the key the certificate was issued for (when rotating, replace both files)",
-        key.display(),
-        cert.display()
-    )]
-    KeyMismatch { key_field: String, key: PathBuf, cert_field: String, cert: PathBuf },
-    #[error("{field}: {message}")]
-    Setup { field: String, message: String },
-}
-
 /// The crypto provider, always named explicitly: the dependency tree compiles both aws-lc-rs and ring
 /// into rustls, so rustls cannot choose a process-wide default by itself.
 pub(crate) fn provider() -> Arc<CryptoProvider> {
@@ -207,37 +189,6 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
 /// gRPC runs over HTTP/2 only; gRPC clients (grpc-go, grpcio) insist on this ALPN answer.
 pub(crate) fn alpn() -> Vec<Vec<u8>> {
     vec![b"h2".to_vec()]
-}
-
-/// Checks the TLS settings of `config` against the client endpoints (the files are read by [`crate::client::check_tls`]).
-pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
-    config.server.tls.validate()?;
-    for (name, client) in config.clients.iter() {
-        let fields = Fields::Yaml(format!("clients.{name}.tls"));
-        client.tls.validate(&fields)?;
-        if client.tls.is_empty() {
-            continue;
-        }
-        let at = format!("clients.{name}.tls");
-        if client.endpoint.starts_with("http://") {
-            return Err(ConfigError::Invalid {
-                path: at,
-                message: format!(
-                    "is set but clients.{name}.endpoint `{}` is plaintext\nhint: use an https:// endpoint, or remove clients.{name}.tls",
-                    client.endpoint
-                ),
-            });
-        }
-        if client.endpoint.is_empty() && !config.server.tls.enabled() {
-            return Err(ConfigError::Invalid {
-                path: at,
-                message: format!(
-                    "is set but clients.{name}.endpoint is empty (this process) and server.tls.cert is not set, so the call is plaintext\nhint: set server.tls, or point the endpoint at an https:// server"
-                ),
-            });
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

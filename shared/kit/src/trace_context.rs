@@ -9,8 +9,10 @@ use std::fmt;
 use std::task::{Context, Poll};
 
 use http::Request;
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use tracing::Instrument;
 use tracing::instrument::Instrumented;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// Metadata key of the W3C trace context.
 pub const TRACEPARENT: &str = "traceparent";
@@ -36,7 +38,7 @@ impl TraceContext {
     /// request (a run's worker): calls made inside a run's span join the run's trace. A new root when
     /// spans are not exported or there is no current span.
     pub fn current() -> Self {
-        crate::otel::of_span(&tracing::Span::current()).unwrap_or_else(Self::new_root)
+        of_span(&tracing::Span::current()).unwrap_or_else(Self::new_root)
     }
 
     /// Continues the trace of an incoming `traceparent` value, or starts a new one if it is absent or
@@ -141,7 +143,7 @@ where
             span_id = tracing::field::Empty,
             parent_span_id = incoming.parent_span_id.map(|p| tracing::field::display(format!("{p:016x}"))),
         );
-        let context = crate::otel::continue_in(&span, incoming);
+        let context = continue_in(&span, incoming);
         span.record("trace_id", tracing::field::display(format_args!("{:032x}", context.trace_id)));
         span.record("span_id", tracing::field::display(format_args!("{:016x}", context.span_id)));
         request.extensions_mut().insert(context);
@@ -156,6 +158,43 @@ where
 fn split_path(path: &str) -> (&str, &str) {
     let path = path.trim_start_matches('/');
     path.split_once('/').unwrap_or((path, ""))
+}
+
+// The bridge to OpenTelemetry's span ids: with export on ([`crate::otel`]) a request's span continues
+// the caller's trace and the context names the exported span; with export off no OpenTelemetry layer
+// is installed and these keep the kit's own ids.
+
+/// Makes `span` (not yet entered) continue `incoming`'s trace when it came from a caller, and returns
+/// the context outbound calls should carry: `span`'s own ids when it is exported, `incoming` otherwise.
+pub fn continue_in(span: &tracing::Span, incoming: TraceContext) -> TraceContext {
+    if let Some(parent) = incoming.parent_span_id {
+        let flags = if incoming.sampled { TraceFlags::SAMPLED } else { TraceFlags::default() };
+        let remote = SpanContext::new(
+            TraceId::from_bytes(incoming.trace_id.to_be_bytes()),
+            SpanId::from_bytes(parent.to_be_bytes()),
+            flags,
+            true,
+            TraceState::default(),
+        );
+        // Fails only when no OpenTelemetry layer is installed, which is the export-off case.
+        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
+    }
+    match of_span(span) {
+        Some(own) => TraceContext { parent_span_id: incoming.parent_span_id, ..own },
+        None => incoming,
+    }
+}
+
+/// The exported span's ids, when `span` is exported.
+pub fn of_span(span: &tracing::Span) -> Option<TraceContext> {
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| TraceContext {
+        trace_id: u128::from_be_bytes(sc.trace_id().to_bytes()),
+        span_id: u64::from_be_bytes(sc.span_id().to_bytes()),
+        parent_span_id: None,
+        sampled: sc.is_sampled(),
+    })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
 use antler_proto::sandbox::{AcquireSandboxRequest, ReleaseSandboxRequest, SnapshotOutputsRequest};
 use tokio::sync::OnceCell;
 
-use super::state::Todo;
+use super::state::{Promoted, Todo};
 use super::tool_error::ToolError;
 use crate::AgentContext;
 
@@ -40,33 +40,6 @@ pub struct RunEnv {
     images: Mutex<Vec<(String, String)>>,
     /// The user's enabled skills for this attempt (see `lead::skills`).
     skills: std::sync::OnceLock<Vec<super::skills::SkillInfo>>,
-}
-
-/// Deferred tools promoted by `tool_search`, and the catalog they belong to. Kept in checkpoints, so a
-/// resumed attempt still offers them, unless the catalog changed meanwhile (then they are stale).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Promoted {
-    pub catalog_hash: String,
-    pub names: Vec<String>,
-}
-
-impl Promoted {
-    /// DeerFlow's `merge_promoted`: nothing new keeps what there is, another catalog replaces it,
-    /// the same catalog adds the new names in order.
-    pub fn merge(&mut self, catalog_hash: &str, names: &[String]) {
-        if names.is_empty() {
-            return;
-        }
-        if self.catalog_hash != catalog_hash {
-            self.catalog_hash = catalog_hash.to_owned();
-            self.names.clear();
-        }
-        for name in names {
-            if !self.names.contains(name) {
-                self.names.push(name.clone());
-            }
-        }
-    }
 }
 
 impl RunEnv {

@@ -29,12 +29,39 @@ pub struct ThreadState {
     /// receipt lists what this run produced; kept in checkpoints so a resumed attempt has it too.
     pub outputs_before: Option<BTreeMap<String, String>>,
     /// Deferred tools promoted by `tool_search` during this thread's runs.
-    pub promoted: super::env::Promoted,
+    pub promoted: Promoted,
     /// What the Summarization layer condensed of the older messages (empty: nothing yet).
     pub summary_text: String,
     /// SKILL.md paths of the skills activated on this thread (read by the model), in order; their
     /// `allowed-tools` apply (the SkillToolPolicy layer).
     pub skill_context: Vec<String>,
+}
+
+/// Deferred tools promoted by `tool_search`, and the catalog they belong to. Kept in checkpoints, so a
+/// resumed attempt still offers them, unless the catalog changed meanwhile (then they are stale).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Promoted {
+    pub catalog_hash: String,
+    pub names: Vec<String>,
+}
+
+impl Promoted {
+    /// DeerFlow's `merge_promoted`: nothing new keeps what there is, another catalog replaces it,
+    /// the same catalog adds the new names in order.
+    pub fn merge(&mut self, catalog_hash: &str, names: &[String]) {
+        if names.is_empty() {
+            return;
+        }
+        if self.catalog_hash != catalog_hash {
+            self.catalog_hash = catalog_hash.to_owned();
+            self.names.clear();
+        }
+        for name in names {
+            if !self.names.contains(name) {
+                self.names.push(name.clone());
+            }
+        }
+    }
 }
 
 /// One item of the plan.
@@ -97,7 +124,7 @@ impl ThreadState {
             .fields
             .get("promoted")
             .map(antler_kit::json::value_to_json)
-            .and_then(|v| serde_json::from_value::<super::env::Promoted>(v).ok())
+            .and_then(|v| serde_json::from_value::<Promoted>(v).ok())
             .unwrap_or_default();
         let skill_context = values
             .fields

@@ -5,7 +5,8 @@ use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::{GetRunRequest, JoinRunRequest, ListRunEventsRequest, RunEvent, RunStatus};
 use tokio_stream::StreamExt;
 
-use super::{Conn, Failure, print_json};
+use super::{Conn, print_json};
+use crate::client::Failure;
 use crate::client::Printer;
 
 /// Print a run's events.
@@ -31,7 +32,7 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let conn = args.conn;
     let mut client = RunServiceClient::new(conn.channel().await?);
-    let mut printer = Printer::new(super::Style::stdout(conn.color));
+    let mut printer = Printer::new(crate::output::Style::stdout(conn.color));
     let mut show = |event: RunEvent| -> anyhow::Result<()> {
         if conn.json {
             return print_json(&event, "antler.runs.v1.RunEvent");

@@ -4,7 +4,8 @@ use antler_proto::mcp::mcp_service_client::McpServiceClient;
 use antler_proto::mcp::{ListServersRequest, ListToolsRequest};
 use clap::Subcommand;
 
-use super::{Conn, Style, print_json, short};
+use super::{Conn, print_json, short};
+use crate::output::Style;
 
 /// The MCP servers of the pool and their tools.
 #[derive(clap::Args, Debug)]

@@ -1,10 +1,11 @@
 //! `antler memory list|search|flush`: MemoryService.ListFacts / SearchFacts / FlushUpdates (with
-//! wait). (`import|export` are in `client.rs`.)
+//! wait), and `antler memory import|export`: ImportMemory / ExportMemory.
 
 use antler_proto::memory::memory_service_client::MemoryServiceClient;
 use antler_proto::memory::{Fact, FlushUpdatesRequest, ListFactsRequest, SearchFactsRequest};
 
-use super::{Conn, Page, Style, print_json, short};
+use super::{Conn, Page, print_json, short};
+use crate::output::Style;
 
 /// What `antler memory list|search` does.
 #[derive(Debug)]
@@ -97,4 +98,42 @@ fn print_fact(style: Style, fact: &Fact, score: Option<f64>) -> std::io::Result<
     let category = short(fact.category().as_str_name(), "FACT_CATEGORY_").to_ascii_lowercase();
     let score = score.map(|s| format!(" score {s:.3}")).unwrap_or_default();
     outln!("{}  {category} ({:.2}){score}  {}", style.dim(&fact.id), fact.confidence, fact.content)
+}
+
+/// What `antler memory import|export` does.
+#[derive(Debug)]
+pub enum Transfer {
+    Import(std::path::PathBuf),
+    Export(String),
+}
+
+/// `antler memory import|export`: one ImportMemory / ExportMemory call.
+pub async fn transfer(conn: &Conn, agent: &str, action: Transfer) -> anyhow::Result<()> {
+    use antler_proto::memory::memory_service_client::MemoryServiceClient;
+    use antler_proto::memory::{ExportMemoryRequest, ImportMemoryRequest};
+    let channel = conn.channel().await?;
+    let mut client = MemoryServiceClient::new(channel).max_decoding_message_size(64 << 20).max_encoding_message_size(64 << 20);
+    match action {
+        Transfer::Import(path) => {
+            let document = if path.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin())?
+            } else {
+                std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
+            };
+            let r = client.import_memory(conn.request(ImportMemoryRequest { agent_name: agent.to_owned(), document })?).await?.into_inner();
+            outln!(
+                "imported memory.json v{}: {} facts, {} skipped (already known or not active), {} summary sections, {} evicted by the cap",
+                r.version,
+                r.facts_imported,
+                r.facts_skipped,
+                r.sections_imported,
+                r.evicted_fact_ids.len()
+            )?;
+        }
+        Transfer::Export(version) => {
+            let r = client.export_memory(conn.request(ExportMemoryRequest { agent_name: agent.to_owned(), version })?).await?.into_inner();
+            outln!("{}", r.document)?;
+        }
+    }
+    Ok(())
 }

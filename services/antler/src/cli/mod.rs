@@ -30,7 +30,7 @@ pub mod runs;
 pub mod skills;
 pub mod threads;
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -40,7 +40,8 @@ use prost_reflect::{DescriptorPool, DynamicMessage};
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::client::{self, Addr, TlsArgs};
+use crate::client::{self, Addr, Failure, TlsArgs};
+use crate::output::{ColorChoice, Style};
 
 /// Where and how a command reaches the server, and how it prints. Flattened into every command group.
 #[derive(clap::Args, Debug, Clone)]
@@ -81,18 +82,6 @@ impl Conn {
     }
 }
 
-/// When text output is coloured (`--color`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum ColorChoice {
-    /// On a terminal, unless `NO_COLOR` is set (https://no-color.org) or `TERM=dumb`.
-    #[default]
-    Auto,
-    /// Always, also when piped.
-    Always,
-    /// Never.
-    Never,
-}
-
 /// `antler run --multitask`: what to do when the thread already has an active run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Multitask {
@@ -117,17 +106,6 @@ impl Multitask {
             Multitask::Enqueue => M::Enqueue,
         }
     }
-}
-
-/// A failure the exit code distinguishes, besides a gRPC status (which is carried as itself).
-#[derive(Debug, thiserror::Error)]
-pub enum Failure {
-    /// The server could not be reached.
-    #[error("{0}")]
-    Connect(String),
-    /// The run ended with a status other than SUCCESS.
-    #[error("the run ended {}", .0.as_str_name().trim_start_matches("RUN_STATUS_"))]
-    RunEnded(RunStatus),
 }
 
 /// The process exit code for the outcome of a command, printing a failure as `error: …` with a hint.
@@ -227,76 +205,6 @@ pub fn print_json<M: prost::Message>(message: &M, full_name: &str) -> anyhow::Re
     writeln!(out, "{line}")?;
     out.flush()?;
     Ok(())
-}
-
-/// Colours on a terminal, plain text when piped or when NO_COLOR is set (https://no-color.org).
-#[derive(Debug, Clone, Copy)]
-pub struct Style {
-    color: bool,
-}
-
-impl Style {
-    /// The style for stdout under `choice`.
-    pub fn stdout(choice: ColorChoice) -> Self {
-        let no_color = std::env::var("NO_COLOR").ok();
-        let term = std::env::var("TERM").ok();
-        Self::new(choice, std::io::stdout().is_terminal(), no_color.as_deref(), term.as_deref())
-    }
-
-    /// `auto` colours a terminal whose environment does not say otherwise (`NO_COLOR`, `TERM=dumb`).
-    pub fn new(choice: ColorChoice, is_terminal: bool, no_color: Option<&str>, term: Option<&str>) -> Self {
-        let color = match choice {
-            ColorChoice::Always => true,
-            ColorChoice::Never => false,
-            ColorChoice::Auto => crate::spinner::allowed(is_terminal, no_color, term),
-        };
-        Self { color }
-    }
-
-    fn paint(self, code: &str, text: &str) -> String {
-        if self.color { format!("\x1b[{code}m{text}\x1b[0m") } else { text.to_owned() }
-    }
-
-    /// A status word, coloured by what it means: green done, yellow paused or busy, red failed.
-    pub fn status(self, word: &str) -> String {
-        let code = match word {
-            "SUCCESS" | "IDLE" | "READY" | "CONNECTED" | "ENABLED" => "32",
-            "RUNNING" | "PENDING" | "FINALIZING" | "BUSY" | "INTERRUPTED" | "CONNECTING" => "33",
-            "ERROR" | "TIMEOUT" | "FAILED" | "DISCONNECTED" | "INVALID" => "31",
-            _ => "0",
-        };
-        self.paint(code, word)
-    }
-
-    /// Secondary text (ids, times).
-    pub fn dim(self, text: &str) -> String {
-        self.paint("2", text)
-    }
-
-    /// A heading line, a name to find again (a tool's).
-    pub fn bold(self, text: &str) -> String {
-        self.paint("1", text)
-    }
-
-    /// Something that went well (a tool call's `ok`, a satisfied receipt).
-    pub fn good(self, text: &str) -> String {
-        self.paint("32", text)
-    }
-
-    /// Something that failed.
-    pub fn bad(self, text: &str) -> String {
-        self.paint("31", text)
-    }
-
-    /// Something to look at (an outcome that is not known).
-    pub fn warn(self, text: &str) -> String {
-        self.paint("33", text)
-    }
-
-    /// Who speaks (the assistant's label).
-    pub fn accent(self, text: &str) -> String {
-        self.paint("36", text)
-    }
 }
 
 /// An enum value's name without its prefix: `RUN_STATUS_SUCCESS` → `SUCCESS`.

@@ -4,7 +4,8 @@ use antler_proto::models::ListModelsRequest;
 use antler_proto::models::model_service_client::ModelServiceClient;
 use clap::Subcommand;
 
-use super::{Conn, Style, print_json, short};
+use super::{Conn, print_json, short};
+use crate::output::Style;
 
 /// The configured models.
 #[derive(clap::Args, Debug)]

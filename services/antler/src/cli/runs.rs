@@ -4,7 +4,8 @@ use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::{CancelAction, CancelRunRequest, GetRunRequest, ListRunsRequest, Run, RunStatus};
 use clap::{Subcommand, ValueEnum};
 
-use super::{Conn, Page, Style, print_json, short, time};
+use super::{Conn, Page, print_json, short, time};
+use crate::output::Style;
 
 /// Inspect and cancel runs.
 #[derive(clap::Args, Debug)]

@@ -9,7 +9,8 @@ use antler_proto::sandbox::{
 };
 use clap::Subcommand;
 
-use super::{Conn, Style, print_json, short};
+use super::{Conn, print_json, short};
+use crate::output::Style;
 
 /// Bytes per InstallSkill message: well under the server's message limit.
 const CHUNK: usize = 1024 * 1024;

@@ -5,7 +5,8 @@ use antler_proto::runs::thread_service_client::ThreadServiceClient;
 use antler_proto::runs::{DeleteThreadRequest, GetThreadRequest, GetThreadStateRequest, ListThreadsRequest, ThreadStatus};
 use clap::{Subcommand, ValueEnum};
 
-use super::{Conn, Page, Style, print_json, short, time};
+use super::{Conn, Page, print_json, short, time};
+use crate::output::Style;
 
 /// Inspect and delete threads (conversations).
 #[derive(clap::Args, Debug)]

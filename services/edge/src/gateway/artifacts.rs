@@ -33,8 +33,9 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::{Call, encode_segment, refused};
-use crate::edge::{Caller, Edge, json_response};
+use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
+use crate::json::json_response;
 use crate::request::{Fields, Query, read_body};
 
 /// Types a browser would run or render as a page: always downloaded (DeerFlow's ACTIVE_CONTENT_MIME_TYPES).

@@ -15,8 +15,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::session;
-use crate::edge::{Caller, Edge, json_response};
+use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
+use crate::json::json_response;
 use crate::request::read_body;
 
 /// The sign-in routes: served without credentials (login checks the one it is given).
@@ -66,7 +67,7 @@ pub async fn setup_status() -> Response {
 
 /// DeerFlow's auth error body: `{"detail": {"code", "message"}}`, which the UI's login page reads.
 fn auth_error(status: StatusCode, code: &str, message: &str) -> Response {
-    let mut response = (status, crate::edge::json_body(&json!({ "detail": { "code": code, "message": message } }))).into_response();
+    let mut response = (status, crate::json::json_body(&json!({ "detail": { "code": code, "message": message } }))).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }

@@ -13,8 +13,9 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use serde_json::json;
 
-use crate::edge::{Caller, Edge, json_response};
+use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
+use crate::json::json_response;
 use crate::request::Query;
 
 /// `?include_files=&include_diff=` are checked (422 naming one that is not a boolean) though an answer

@@ -9,7 +9,8 @@ use axum::extract::State;
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use crate::edge::{Edge, json_response};
+use crate::edge::Edge;
+use crate::json::json_response;
 
 pub async fn get(State(edge): State<Arc<Edge>>) -> Response {
     let off = json!({ "enabled": false });

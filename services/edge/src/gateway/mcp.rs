@@ -20,8 +20,9 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use super::Call;
-use crate::edge::{Caller, Edge, json_response};
+use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
+use crate::json::json_response;
 use crate::request::{Fields, read_body};
 
 fn transport(value: i32) -> &'static str {

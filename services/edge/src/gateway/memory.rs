@@ -19,8 +19,9 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::{Call, refused};
-use crate::edge::{Caller, Edge, json_response};
+use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
+use crate::json::json_response;
 use crate::request::{Fields, Query, read_body};
 
 fn client(call: &Call) -> MemoryServiceClient<antler_kit::transport::Transport> {

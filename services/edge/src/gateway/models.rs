@@ -11,8 +11,9 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::Call;
-use crate::edge::{Caller, Edge, json_response};
+use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
+use crate::json::json_response;
 
 fn model_json(model: &ModelInfo) -> Value {
     let capabilities = model.capabilities.unwrap_or_default();

@@ -23,8 +23,9 @@ use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
 use super::Call;
-use crate::edge::{Caller, Edge, json_response};
+use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
+use crate::json::json_response;
 use crate::request::{Fields, read_body};
 
 /// DeerFlow's `SkillResponse` (and Antler's own fields beside it: where the skill is mounted, the

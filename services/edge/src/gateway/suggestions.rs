@@ -18,8 +18,9 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::{Call, thread_exists};
-use crate::edge::{Caller, Edge, json_response};
+use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
+use crate::json::json_response;
 use crate::request::{Fields, read_body};
 
 /// Most messages of context sent to the model, and characters per message (the UI sends the last few).

@@ -35,8 +35,9 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 use super::{Call, acquire_sandbox, artifact_url, refused, thread_exists};
-use crate::edge::{Caller, Edge, json_response};
+use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
+use crate::json::json_response;
 
 /// The upload limits of the last sandbox seen by the upload and limits routes (the sandbox service's
 /// `sandbox.uploads`, the same for every sandbox), answered for a thread that has no sandbox yet.

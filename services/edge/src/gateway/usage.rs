@@ -10,8 +10,9 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 
-use crate::edge::{Caller, Edge, json_response};
+use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
+use crate::json::json_response;
 use crate::request::Query;
 
 /// `?include_active=true` also counts the usage of a run still going.

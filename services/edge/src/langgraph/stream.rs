@@ -492,7 +492,7 @@ pub fn encode(frame: &Frame, id: &str) -> String {
         Frame::Heartbeat => ": heartbeat\n\n".to_owned(),
         Frame::Event { name, data } => {
             // serde_json never writes a raw newline inside a value, so `data:` stays one line.
-            format!("event: {name}\ndata: {}\nid: {id}\n\n", crate::edge::json_text(data))
+            format!("event: {name}\ndata: {}\nid: {id}\n\n", crate::json::json_text(data))
         }
     }
 }

@@ -14,9 +14,9 @@ use reqwest::Url;
 use serde_json::{Value, json};
 use sha2::Digest;
 
-use super::web::Fetcher;
 use super::web::convert::{cut, decode_text, html_to_markdown};
 use super::web::direct::{FetchError, is_binary, url_text};
+use super::web::fetcher::Fetcher;
 use super::web::ssrf::ResolveError;
 use super::web_search::unless_stopped;
 use super::{Args, Tool, ToolError, ToolOutput, sandbox_failure};

@@ -21,8 +21,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::threads::thread_state;
-use crate::edge::{Caller, Edge, json_response, json_text};
+use crate::edge::{Caller, Edge};
 use crate::error::{ApiError, http_status};
+use crate::json::{json_response, json_text};
 use crate::langgraph::convert;
 use crate::langgraph::run_request::{self, RunRequest, stream_modes};
 use crate::langgraph::stream::{

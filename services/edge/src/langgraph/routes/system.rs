@@ -8,8 +8,9 @@ use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use crate::edge::{Edge, json_response};
+use crate::edge::Edge;
 use crate::error::ApiError;
+use crate::json::json_response;
 use crate::request::{Fields, Query, read_body};
 
 pub async fn ok() -> Response {

@@ -13,8 +13,9 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use crate::edge::{Caller, Edge, json_response};
+use crate::edge::{Caller, Edge};
 use crate::error::ApiError;
+use crate::json::json_response;
 use crate::langgraph::convert;
 use crate::langgraph::messages::to_langchain;
 use crate::request::Query;

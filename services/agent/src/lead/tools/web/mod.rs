@@ -1,5 +1,6 @@
 //! The web tools' machinery (`runs.lead.web`): providers (`providers/`, one file each), the direct
-//! fetcher (`direct.rs`) and what it may connect to (`ssrf.rs`), HTML to Markdown (`convert.rs`),
+//! fetcher (`direct.rs`), the choice between it and a reader service (`fetcher.rs`) and what a fetch may
+//! connect to (`ssrf.rs`), HTML to Markdown (`convert.rs`),
 //! provider HTTP (`http.rs`), the settings (`config.rs`) and DeerFlow's `tools:` entries mapped onto
 //! them (`deerflow.rs`). The tools themselves are `tools/web_search.rs`, `tools/web_fetch.rs` and
 //! `tools/image_search.rs`.
@@ -13,6 +14,7 @@ pub mod config;
 pub mod convert;
 pub mod deerflow;
 pub mod direct;
+pub mod fetcher;
 pub mod http;
 pub mod providers;
 pub mod ssrf;
@@ -23,6 +25,7 @@ use std::time::Duration;
 use self::config::{
     FetchConfig, FetchProviderKind, ImageProviderKind, ImageSearchConfig, SearchConfig, SearchProviderKind, WebConfig, resolve_key,
 };
+use self::fetcher::Fetcher;
 use self::http::Endpoint;
 use self::providers::{FetchProvider, SearchProvider};
 use super::Tool;
@@ -35,18 +38,6 @@ pub enum BuildError {
     Config(#[from] antler_kit::config::ConfigError),
     #[error("cannot build the web tools' HTTP client: {0}")]
     Client(String),
-}
-
-/// How `web_fetch` gets pages.
-#[derive(Debug)]
-pub enum Fetcher {
-    Direct(direct::DirectFetcher),
-    /// A reader service; `policy` still judges the URL (and what its name resolves to) before the
-    /// service is asked, since a self-hosted reader sits inside the network it could reach into.
-    Reader {
-        provider: Arc<dyn FetchProvider>,
-        policy: Arc<ssrf::Policy>,
-    },
 }
 
 /// The provider client: plain reqwest (HTTPS_PROXY and the like from the environment apply), no SSRF
