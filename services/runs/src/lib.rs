@@ -12,6 +12,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod host;
+pub mod hub;
 pub mod lifecycle;
 pub mod metrics_catalog;
 pub mod notify;
@@ -69,7 +70,7 @@ pub async fn mount(
     let (admitter, admissions) = lifecycle::admitter::Admitter::channel();
     let engine = Arc::new(engine::Engine {
         store,
-        hub: Arc::new(stream::EventHub::new(config.event_buffer as usize)),
+        hub: Arc::new(hub::EventHub::new(config.event_buffer as usize)),
         worker_id,
         clients: ctx.clients.clone(),
         agents,

@@ -4,9 +4,10 @@
 //!
 //! Seam rule: a subscriber registers for live events *before* it replays, remembers the last `seq`
 //! it delivered, drops live events at or below it, and re-reads the store whenever a live event skips
-//! ahead (it lagged, or the event was appended by another replica: see `crate::notify` for the
-//! wake-ups). The store is the truth; the live channel is only a wake-up. A bounded channel per run means a slow subscriber never blocks the run:
-//! it lags and catches up from the store.
+//! ahead (it lagged, or the event was appended by another replica: see `crate::hub` and
+//! `crate::notify` for the wake-ups). The store is the truth; the live channel is only a wake-up. A
+//! bounded channel per run means a slow subscriber never blocks the run: it lags and catches up from
+//! the store.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,9 +19,8 @@ use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use tokio::sync::mpsc;
 
-use crate::notify::{Live, Wake};
-
 use crate::error::RunsError;
+use crate::hub::{EventHub, Live, Wake};
 use crate::store::entity::{run_events, runs};
 use crate::store::{Store, now_ms};
 use crate::time::to_timestamp;
@@ -272,8 +272,6 @@ pub async fn read_page(
         })
         .collect()
 }
-
-pub use crate::notify::EventHub;
 
 /// What a subscription delivers.
 #[derive(Debug, Clone)]

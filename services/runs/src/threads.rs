@@ -691,7 +691,7 @@ pub async fn list(
     let filter = status_sql(query.status).map(|c| format!(" WHERE {c}")).unwrap_or_default();
     let sql = format!("SELECT * FROM ({inner}) x{filter} ORDER BY {column} {direction}, thread_id {direction} LIMIT ?");
     values.push(i64::try_from(page_size).unwrap_or(i64::MAX).into());
-    let rows = engine.store.db().query_all_raw(crate::usage::statement(backend, &sql, values)).await?;
+    let rows = engine.store.db().query_all_raw(crate::store::statement(backend, &sql, values)).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let thread = threads::Model::from_query_result(&row, "")?;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter};
 
-use super::PENDING;
 use crate::error::RunsError;
+use crate::status::PENDING;
 use crate::store::entity::runs;
 
 /// How old the count may get before it is taken again.

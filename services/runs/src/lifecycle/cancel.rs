@@ -10,7 +10,7 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
 use super::{Ending, FINALIZING, INTERRUPTED, PENDING, RUNNING, end_by_service, is_terminal, promote_next_queued, status_from_str};
 use crate::engine::{Engine, StopCause};
 use crate::error::RunsError;
-use crate::notify::{Live, Wake};
+use crate::hub::{Live, Wake};
 use crate::store::entity::runs;
 use crate::store::now_ms;
 

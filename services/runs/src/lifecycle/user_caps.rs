@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect};
 
-use super::{ACTIVE, PENDING};
 use crate::config::RunsConfig;
 use crate::error::RunsError;
+use crate::status::{ACTIVE, PENDING};
 use crate::store::entity::runs;
 
 /// How old a user's counts may get before they are taken again.

@@ -64,6 +64,19 @@ pub struct Model {
     pub usage_by_model: String,
 }
 
+/// The numeric usage columns (`usage_*` above), for the SQL that sums them.
+pub const USAGE_COLUMNS: [&str; 9] = [
+    "usage_input_tokens",
+    "usage_output_tokens",
+    "usage_total_tokens",
+    "usage_cache_read_tokens",
+    "usage_reasoning_tokens",
+    "usage_llm_calls",
+    "usage_lead_agent_tokens",
+    "usage_subagent_tokens",
+    "usage_middleware_tokens",
+];
+
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
 pub enum Relation {}
 
