@@ -26,6 +26,7 @@ use std::time::Duration;
 use sea_orm::{ColumnTrait, DbBackend, EntityTrait, QueryFilter, QuerySelect};
 
 use crate::engine::{Engine, StopCause};
+use crate::status::Status;
 use crate::store::entity::runs;
 
 /// A notification's payload, parsed (see the module documentation for the formats).
@@ -187,7 +188,7 @@ async fn safety_poll(engine: Arc<Engine>) {
 async fn poll_once(engine: &Engine, watched: &[String]) -> Result<bool, crate::error::RunsError> {
     let mut found = false;
     for chunk in watched.chunks(POLL_CHUNK) {
-        let rows: Vec<(String, i64, String)> = runs::Entity::find()
+        let rows: Vec<(String, i64, Status)> = runs::Entity::find()
             .select_only()
             .column(runs::Column::RunId)
             .column(runs::Column::LastSeq)
@@ -196,12 +197,10 @@ async fn poll_once(engine: &Engine, watched: &[String]) -> Result<bool, crate::e
             .into_tuple()
             .all(engine.store.db())
             .await?;
-        let rows: HashMap<String, (i64, String)> = rows.into_iter().map(|(id, seq, status)| (id, (seq, status))).collect();
+        let rows: HashMap<String, (i64, Status)> = rows.into_iter().map(|(id, seq, status)| (id, (seq, status))).collect();
         for run_id in chunk {
             let (seq, end, status) = match rows.get(run_id) {
-                Some((seq, status)) => {
-                    (u64::try_from(*seq).unwrap_or(0), crate::status::is_terminal(status), Some(crate::status::status_from_str(status)))
-                }
+                Some((seq, status)) => (u64::try_from(*seq).unwrap_or(0), status.is_terminal(), Some(status.to_proto())),
                 // Deleted with its thread: nothing more will come.
                 None => (0, true, None),
             };

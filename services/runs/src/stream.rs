@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 
 use crate::error::RunsError;
 use crate::hub::{EventHub, Live, Wake};
+use crate::status::Status;
 use crate::store::entity::{run_events, runs};
 use crate::store::{Store, now_ms};
 use crate::time::to_timestamp;
@@ -114,7 +115,9 @@ pub async fn append_setting(
         update.value(column, value);
     }
     if let Writer::Owner(worker) = writer {
-        update.and_where(runs::Column::OwnerWorkerId.eq(worker)).and_where(runs::Column::Status.is_in(["running", "finalizing"]));
+        update
+            .and_where(runs::Column::OwnerWorkerId.eq(worker))
+            .and_where(runs::Column::Status.is_in([Status::Running, Status::Finalizing]));
     }
     let Some(returned) = db.query_one(&update).await? else { return Ok(None) };
     let last: i64 = returned.try_get("", "last_seq")?;
@@ -428,15 +431,15 @@ impl Cursor {
             .select_only()
             .column(runs::Column::Status)
             .column(runs::Column::LastSeq)
-            .into_tuple::<(String, i64)>()
+            .into_tuple::<(Status, i64)>()
             .one(store.db())
             .await
             .map_err(|e| Stop::Failed(crate::api::error::to_status(e.into())))?;
         let Some((status, last_seq)) = row else { return Ok(None) };
-        if crate::status::is_terminal(&status) && u64::try_from(last_seq).unwrap_or(0) <= self.last {
+        if status.is_terminal() && u64::try_from(last_seq).unwrap_or(0) <= self.last {
             return Ok(None);
         }
-        self.status = crate::status::status_from_str(&status);
+        self.status = status.to_proto();
         Ok(Some(self.status))
     }
 

@@ -9,7 +9,8 @@ use sea_orm::{ConnectionTrait, DbBackend, EntityTrait};
 
 use crate::engine::Engine;
 use crate::error::RunsError;
-use crate::status::{ERROR, FINALIZING, INTERRUPTED, RUNNING, SUCCESS, TIMEOUT};
+use crate::status::Status;
+
 use crate::store::entity::{runs, threads};
 use crate::store::statement;
 
@@ -68,9 +69,9 @@ pub struct ThreadUsage {
 pub async fn thread_usage(engine: &Engine, user_id: &str, thread_id: &str, include_active: bool) -> Result<ThreadUsage, RunsError> {
     let db = engine.store.db();
     let backend = engine.store.backend();
-    let mut statuses = vec![SUCCESS, ERROR, INTERRUPTED, TIMEOUT];
+    let mut statuses = vec![Status::Success, Status::Error, Status::Interrupted, Status::Timeout];
     if include_active {
-        statuses.extend([RUNNING, FINALIZING]);
+        statuses.extend([Status::Running, Status::Finalizing]);
     }
     let marks = vec!["?"; statuses.len()].join(", ");
     let mut values: Vec<sea_orm::Value> = vec![user_id.into(), thread_id.into()];

@@ -3,6 +3,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::status::Status;
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "runs")]
 pub struct Model {
@@ -10,8 +12,8 @@ pub struct Model {
     pub run_id: String,
     pub user_id: String,
     pub thread_id: String,
-    /// pending | running | finalizing | success | error | interrupted | timeout
-    pub status: String,
+    /// Stored as text: pending | running | finalizing | success | error | interrupted | timeout.
+    pub status: Status,
     /// An ENQUEUE run waiting behind the thread's active run.
     pub queued: bool,
     pub attempt: i32,
@@ -35,7 +37,7 @@ pub struct Model {
     pub error_code: Option<String>,
     pub error_message: Option<String>,
     /// Status the run ends with once FINALIZING completes (lets a successor finish a crashed finalize).
-    pub final_status: Option<String>,
+    pub final_status: Option<Status>,
     /// RunUsage, protobuf-encoded.
     pub usage: Vec<u8>,
     /// DeliveryReceipt, protobuf-encoded, written once in FINALIZING.
