@@ -384,9 +384,7 @@ impl Cursor {
         out: &mpsc::Sender<Result<RunEvent, tonic::Status>>,
     ) -> Result<bool, Stop> {
         loop {
-            let page = read_after(store, &sub.run_id, self.last, &[], REPLAY_PAGE)
-                .await
-                .map_err(|e| Stop::Failed(crate::api::error::to_status(e)))?;
+            let page = read_after(store, &sub.run_id, self.last, &[], REPLAY_PAGE).await.map_err(|e| Stop::Failed(e.into()))?;
             let full = page.len() as u64 == REPLAY_PAGE;
             for event in page {
                 if self.deliver(sub, event, out).await? {
@@ -434,7 +432,7 @@ impl Cursor {
             .into_tuple::<(Status, i64)>()
             .one(store.db())
             .await
-            .map_err(|e| Stop::Failed(crate::api::error::to_status(e.into())))?;
+            .map_err(|e| Stop::Failed(RunsError::from(e).into()))?;
         let Some((status, last_seq)) = row else { return Ok(None) };
         if status.is_terminal() && u64::try_from(last_seq).unwrap_or(0) <= self.last {
             return Ok(None);
