@@ -80,6 +80,11 @@ impl Status {
             Status::Timeout => RunStatus::Timeout,
         }
     }
+
+    /// The status an API value names; None for UNSPECIFIED.
+    pub fn from_proto(status: RunStatus) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.to_proto() == status)
+    }
 }
 
 /// The stored form, as logs and SQL text show it.
@@ -102,7 +107,9 @@ mod tests {
             assert_eq!(status.to_value(), status.as_str());
             assert_eq!(Status::try_from_value(&status.as_str().to_owned()).ok(), Some(status));
             assert_ne!(status.to_proto(), RunStatus::Unspecified);
+            assert_eq!(Status::from_proto(status.to_proto()), Some(status));
         }
+        assert_eq!(Status::from_proto(RunStatus::Unspecified), None);
         assert!(Status::try_from_value(&"queued".to_owned()).is_err());
     }
 

@@ -230,9 +230,9 @@ impl RunService for RunApi {
         for (i, status) in req.statuses.iter().enumerate() {
             let status = RunStatus::try_from(*status)
                 .ok()
-                .filter(|s| *s != RunStatus::Unspecified)
+                .and_then(crate::status::Status::from_proto)
                 .ok_or_else(|| antler_kit::status::invalid_argument(&format!("statuses[{i}]"), "is not a RunStatus"))?;
-            statuses.push(status.as_str_name().trim_start_matches("RUN_STATUS_").to_ascii_lowercase());
+            statuses.push(status);
         }
         if !statuses.is_empty() {
             query = query.filter(runs::Column::Status.is_in(statuses));
