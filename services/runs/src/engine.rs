@@ -9,8 +9,8 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RunsConfig;
+use crate::hub::EventHub;
 use crate::store::Store;
-use crate::stream::EventHub;
 use antler_agent::AgentFactory;
 
 /// Why a local run's agent is being stopped.

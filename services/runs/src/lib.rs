@@ -4,7 +4,16 @@
 //! Where things happen, by file: admission (`lifecycle/admission.rs`), PENDING → RUNNING
 //! (`lifecycle/start.rs`), leases and takeover (`lifecycle/lease.rs`), the terminal transition
 //! (`lifecycle/finalize.rs`), cancellation (`lifecycle/cancel.rs`), the event log (`stream.rs`),
-//! executing runs (`worker.rs`), the agents' writes (`host/`, the runs side of `antler_agent::Host`).
+//! its live fan-out and wake-ups (`hub.rs`, `notify.rs`), executing runs (`worker.rs`), the agents'
+//! writes (`host/`, the runs side of `antler_agent::Host`).
+//!
+//! Floors, bottom up (a file imports from its own floor or below, and no import runs in a circle): `status.rs`, `config.rs`, `hub.rs`, `time.rs`;
+//! `store/` (entities, migrations with frozen copies of what they need, the write slot, `now_ms`,
+//! `StoreError`); `error.rs`; what needs no engine (`stream.rs`, `checkpoints.rs`, `paging.rs`,
+//! `stream_limits.rs`, `lifecycle/backlog.rs`, `lifecycle/user_caps.rs`); `engine.rs`; what takes
+//! the engine (`notify.rs`, `threads.rs`, `usage.rs`, `lifecycle/`); executing runs (`host/mod.rs`,
+//! `worker.rs`, `subagent.rs`, `host/agent_calls.rs`: the worker hands the agent a `dyn Host`, whose
+//! `task` calls start subagent runs that the worker executes); the `api/` handlers on top.
 
 pub mod api;
 pub mod checkpoints;
@@ -12,6 +21,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod host;
+pub mod hub;
 pub mod lifecycle;
 pub mod metrics_catalog;
 pub mod notify;
@@ -69,7 +79,7 @@ pub async fn mount(
     let (admitter, admissions) = lifecycle::admitter::Admitter::channel();
     let engine = Arc::new(engine::Engine {
         store,
-        hub: Arc::new(stream::EventHub::new(config.event_buffer as usize)),
+        hub: Arc::new(hub::EventHub::new(config.event_buffer as usize)),
         worker_id,
         clients: ctx.clients.clone(),
         agents,

@@ -1,37 +1,39 @@
 //! A run's status as a type, its stored form, and the one table of transitions the lifecycle makes.
 //!
-//! The store keeps the status as text (`runs.status`) so SQL can filter on it on both backends; every
-//! write goes through a compare-and-set on the expected current status, and [`Status::can_become`]
-//! is the table those writes follow (tested below for every pair).
+//! The store keeps the status as text (`runs.status`, `runs.final_status`) so SQL can filter on it
+//! on both backends; the entity reads and writes it as [`Status`] (a sea-orm active enum over that
+//! text). Every write goes through a compare-and-set on the expected current status, and
+//! [`Status::can_become`] is the table those writes follow (tested below for every pair).
 
 use antler_proto::runs::RunStatus;
+use sea_orm::{DeriveActiveEnum, EnumIter};
 
-/// See the module documentation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// See the module documentation. The `string_value`s are the stored form ([`Status::as_str`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum)]
+#[sea_orm(rs_type = "String", db_type = "Text")]
 pub enum Status {
+    #[sea_orm(string_value = "pending")]
     Pending,
+    #[sea_orm(string_value = "running")]
     Running,
+    #[sea_orm(string_value = "finalizing")]
     Finalizing,
+    #[sea_orm(string_value = "success")]
     Success,
+    #[sea_orm(string_value = "error")]
     Error,
+    #[sea_orm(string_value = "interrupted")]
     Interrupted,
+    #[sea_orm(string_value = "timeout")]
     Timeout,
 }
-
-pub const PENDING: &str = Status::Pending.as_str();
-pub const RUNNING: &str = Status::Running.as_str();
-pub const FINALIZING: &str = Status::Finalizing.as_str();
-pub const SUCCESS: &str = Status::Success.as_str();
-pub const ERROR: &str = Status::Error.as_str();
-pub const INTERRUPTED: &str = Status::Interrupted.as_str();
-pub const TIMEOUT: &str = Status::Timeout.as_str();
-
-/// Statuses in which a run occupies its thread.
-pub const ACTIVE: [&str; 3] = [PENDING, RUNNING, FINALIZING];
 
 impl Status {
     pub const ALL: [Status; 7] =
         [Status::Pending, Status::Running, Status::Finalizing, Status::Success, Status::Error, Status::Interrupted, Status::Timeout];
+
+    /// Statuses in which a run occupies its thread.
+    pub const ACTIVE: [Status; 3] = [Status::Pending, Status::Running, Status::Finalizing];
 
     /// The stored form.
     pub const fn as_str(self) -> &'static str {
@@ -44,11 +46,6 @@ impl Status {
             Status::Interrupted => "interrupted",
             Status::Timeout => "timeout",
         }
-    }
-
-    /// The stored form back; None for text no version of Antler wrote.
-    pub fn parse(stored: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == stored)
     }
 
     pub fn is_terminal(self) -> bool {
@@ -83,16 +80,18 @@ impl Status {
             Status::Timeout => RunStatus::Timeout,
         }
     }
+
+    /// The status an API value names; None for UNSPECIFIED.
+    pub fn from_proto(status: RunStatus) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.to_proto() == status)
+    }
 }
 
-/// The API status of a stored status (UNSPECIFIED for unknown text).
-pub fn status_from_str(status: &str) -> RunStatus {
-    Status::parse(status).map(Status::to_proto).unwrap_or(RunStatus::Unspecified)
-}
-
-/// Whether a stored status is terminal.
-pub fn is_terminal(status: &str) -> bool {
-    Status::parse(status).is_some_and(Status::is_terminal)
+/// The stored form, as logs and SQL text show it.
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[cfg(test)]
@@ -102,11 +101,16 @@ mod tests {
 
     #[test]
     fn the_stored_form_round_trips() {
+        use sea_orm::{ActiveEnum, Iterable};
+        assert_eq!(Status::iter().collect::<Vec<_>>(), Status::ALL);
         for status in Status::ALL {
-            assert_eq!(Status::parse(status.as_str()), Some(status));
+            assert_eq!(status.to_value(), status.as_str());
+            assert_eq!(Status::try_from_value(&status.as_str().to_owned()).ok(), Some(status));
             assert_ne!(status.to_proto(), RunStatus::Unspecified);
+            assert_eq!(Status::from_proto(status.to_proto()), Some(status));
         }
-        assert_eq!(Status::parse("queued"), None);
+        assert_eq!(Status::from_proto(RunStatus::Unspecified), None);
+        assert!(Status::try_from_value(&"queued".to_owned()).is_err());
     }
 
     #[test]

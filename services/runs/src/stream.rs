@@ -4,9 +4,10 @@
 //!
 //! Seam rule: a subscriber registers for live events *before* it replays, remembers the last `seq`
 //! it delivered, drops live events at or below it, and re-reads the store whenever a live event skips
-//! ahead (it lagged, or the event was appended by another replica: see `crate::notify` for the
-//! wake-ups). The store is the truth; the live channel is only a wake-up. A bounded channel per run means a slow subscriber never blocks the run:
-//! it lags and catches up from the store.
+//! ahead (it lagged, or the event was appended by another replica: see `crate::hub` and
+//! `crate::notify` for the wake-ups). The store is the truth; the live channel is only a wake-up. A
+//! bounded channel per run means a slow subscriber never blocks the run: it lags and catches up from
+//! the store.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,9 +19,9 @@ use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use tokio::sync::mpsc;
 
-use crate::notify::{Live, Wake};
-
 use crate::error::RunsError;
+use crate::hub::{EventHub, Live, Wake};
+use crate::status::Status;
 use crate::store::entity::{run_events, runs};
 use crate::store::{Store, now_ms};
 use crate::time::to_timestamp;
@@ -114,7 +115,9 @@ pub async fn append_setting(
         update.value(column, value);
     }
     if let Writer::Owner(worker) = writer {
-        update.and_where(runs::Column::OwnerWorkerId.eq(worker)).and_where(runs::Column::Status.is_in(["running", "finalizing"]));
+        update
+            .and_where(runs::Column::OwnerWorkerId.eq(worker))
+            .and_where(runs::Column::Status.is_in([Status::Running, Status::Finalizing]));
     }
     let Some(returned) = db.query_one(&update).await? else { return Ok(None) };
     let last: i64 = returned.try_get("", "last_seq")?;
@@ -273,8 +276,6 @@ pub async fn read_page(
         .collect()
 }
 
-pub use crate::notify::EventHub;
-
 /// What a subscription delivers.
 #[derive(Debug, Clone)]
 pub struct Subscription {
@@ -383,9 +384,7 @@ impl Cursor {
         out: &mpsc::Sender<Result<RunEvent, tonic::Status>>,
     ) -> Result<bool, Stop> {
         loop {
-            let page = read_after(store, &sub.run_id, self.last, &[], REPLAY_PAGE)
-                .await
-                .map_err(|e| Stop::Failed(crate::api::error::to_status(e)))?;
+            let page = read_after(store, &sub.run_id, self.last, &[], REPLAY_PAGE).await.map_err(|e| Stop::Failed(e.into()))?;
             let full = page.len() as u64 == REPLAY_PAGE;
             for event in page {
                 if self.deliver(sub, event, out).await? {
@@ -430,15 +429,15 @@ impl Cursor {
             .select_only()
             .column(runs::Column::Status)
             .column(runs::Column::LastSeq)
-            .into_tuple::<(String, i64)>()
+            .into_tuple::<(Status, i64)>()
             .one(store.db())
             .await
-            .map_err(|e| Stop::Failed(crate::api::error::to_status(e.into())))?;
+            .map_err(|e| Stop::Failed(RunsError::from(e).into()))?;
         let Some((status, last_seq)) = row else { return Ok(None) };
-        if crate::status::is_terminal(&status) && u64::try_from(last_seq).unwrap_or(0) <= self.last {
+        if status.is_terminal() && u64::try_from(last_seq).unwrap_or(0) <= self.last {
             return Ok(None);
         }
-        self.status = crate::status::status_from_str(&status);
+        self.status = status.to_proto();
         Ok(Some(self.status))
     }
 

@@ -37,9 +37,8 @@ use crate::engine::{Engine, LocalRun, StopCause};
 use crate::error::RunsError;
 use crate::lifecycle::admission::{self, new_run, new_thread_row};
 use crate::lifecycle::cancel::{self, CancelCause};
-use crate::lifecycle::{
-    ERROR, Ending, FINALIZING, INTERRUPTED, PENDING, RUNNING, SUCCESS, TIMEOUT, end_by_service, is_terminal, lease, start,
-};
+use crate::lifecycle::{Ending, end_by_service, lease, start};
+use crate::status::Status;
 use crate::store::entity::{checkpoints, run_inputs, runs, threads, tool_effects};
 use crate::store::now_ms;
 use crate::stream::{Subscription, Writer, append_many, insert_rows};
@@ -114,7 +113,7 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
     let mut follower: Option<tokio::task::JoinHandle<()>> = None;
     let mut first = true;
     // A child admitted here was started in its admission's transaction: execute it at once.
-    let mut started_here = (!found && child.status == RUNNING).then(|| child.clone());
+    let mut started_here = (!found && child.status == Status::Running).then(|| child.clone());
     // The row as admission returned it needs no second read.
     let mut known = Some(child);
     loop {
@@ -146,7 +145,7 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
                 continue;
             }
         };
-        if is_terminal(&run.status) {
+        if run.status.is_terminal() {
             if let Some(follower) = follower.take() {
                 // The follower ends with the child's END event; give it a moment to forward the last steps.
                 let _ = tokio::time::timeout(Duration::from_secs(2), follower).await;
@@ -377,10 +376,10 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
 /// lease expired, ends it if a cancel or too many attempts say so. Returns the run to execute and
 /// whether it resumes, or None when it is not ours to run yet.
 async fn next_attempt(engine: &Engine, run: &runs::Model) -> Result<Option<(runs::Model, bool)>, RunsError> {
-    if run.status == PENDING {
+    if run.status == Status::Pending {
         return Ok(start::try_start(engine, &run.run_id).await?.map(|run| (run, false)));
     }
-    if run.status != RUNNING && run.status != FINALIZING {
+    if run.status != Status::Running && run.status != Status::Finalizing {
         return Ok(None);
     }
     if engine.local_run(&run.run_id).is_some() {
@@ -392,13 +391,13 @@ async fn next_attempt(engine: &Engine, run: &runs::Model) -> Result<Option<(runs
         return Ok(None);
     }
     let tx = engine.store.tx().await?;
-    let ended = if run.status == FINALIZING || run.cancel_action.is_some() || run.attempt >= engine.config.max_attempts as i32 {
+    let ended = if run.status == Status::Finalizing || run.cancel_action.is_some() || run.attempt >= engine.config.max_attempts as i32 {
         // The sweeper's rules (it closes these children too): nothing to execute.
         let ending = if run.cancel_action.is_some() {
             cancel::ending_of(run)
-        } else if run.status == FINALIZING {
+        } else if run.status == Status::Finalizing {
             Ending {
-                status: run.final_status.as_deref().filter(|s| is_terminal(s)).map(terminal).unwrap_or(ERROR),
+                status: run.final_status.filter(|s| s.is_terminal()).unwrap_or(Status::Error),
                 stop_reason: run.stop_reason.clone().unwrap_or_default(),
                 error: lease::stored_error(run),
                 rollback: false,
@@ -413,9 +412,9 @@ async fn next_attempt(engine: &Engine, run: &runs::Model) -> Result<Option<(runs
                 retryable: false,
                 details: None,
             };
-            Ending { status: ERROR, stop_reason: "max_attempts_exceeded".to_owned(), error: Some(error), rollback: false }
+            Ending { status: Status::Error, stop_reason: "max_attempts_exceeded".to_owned(), error: Some(error), rollback: false }
         };
-        end_by_service(&*tx, run, &[RUNNING, FINALIZING], &ending).await?
+        end_by_service(&*tx, run, &[Status::Running, Status::Finalizing], &ending).await?
     } else {
         let claimed = lease::claim(&*tx, engine, run, expired_before).await?;
         tx.commit().await?;
@@ -429,15 +428,6 @@ async fn next_attempt(engine: &Engine, run: &runs::Model) -> Result<Option<(runs
         engine.hub.publish(&[end]);
     }
     Ok(None)
-}
-
-fn terminal(status: &str) -> &'static str {
-    match status {
-        SUCCESS => SUCCESS,
-        INTERRUPTED => INTERRUPTED,
-        TIMEOUT => TIMEOUT,
-        _ => ERROR,
-    }
 }
 
 /// Stops `child` when its parent's attempt stops: interrupted (durably, like CancelRun) when the
@@ -503,14 +493,14 @@ async fn ending(engine: &Engine, run: &runs::Model, call: &SubagentCall) -> Suba
     });
     let stop_reason = run.stop_reason.clone().unwrap_or_default();
     let error_text = run.error_message.clone().filter(|m| !m.is_empty()).or_else(|| run.error_code.clone()).unwrap_or_default();
-    let (status, error) = match run.status.as_str() {
-        SUCCESS if stop_reason == "turn_capped" && result.is_empty() => {
+    let (status, error) = match run.status {
+        Status::Success if stop_reason == "turn_capped" && result.is_empty() => {
             (SubagentStatus::Failed, format!("the subagent reached its limit of {} turns without an answer", call.max_turns))
         }
-        SUCCESS => (SubagentStatus::Completed, String::new()),
-        TIMEOUT => (SubagentStatus::TimedOut, format!("Execution timed out after {} seconds", call.timeout.as_secs())),
-        INTERRUPTED if stop_reason == "cancelled" => (SubagentStatus::Cancelled, "Cancelled by user".to_owned()),
-        INTERRUPTED => (SubagentStatus::Cancelled, format!("Cancelled ({stop_reason})")),
+        Status::Success => (SubagentStatus::Completed, String::new()),
+        Status::Timeout => (SubagentStatus::TimedOut, format!("Execution timed out after {} seconds", call.timeout.as_secs())),
+        Status::Interrupted if stop_reason == "cancelled" => (SubagentStatus::Cancelled, "Cancelled by user".to_owned()),
+        Status::Interrupted => (SubagentStatus::Cancelled, format!("Cancelled ({stop_reason})")),
         _ => (SubagentStatus::Failed, error_text),
     };
     SubagentEnd {

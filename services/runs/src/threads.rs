@@ -10,7 +10,8 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryF
 
 use crate::engine::Engine;
 use crate::error::RunsError;
-use crate::lifecycle::{ACTIVE, ERROR, INTERRUPTED, TIMEOUT};
+use crate::status::Status;
+
 use crate::paging;
 use crate::store::entity::{checkpoint_blobs, checkpoints, feedback, run_events, run_inputs, runs, threads, tool_effects};
 use crate::store::now_ms;
@@ -201,7 +202,7 @@ pub async fn update_state(
             let active = runs::Entity::find()
                 .filter(runs::Column::UserId.eq(user_id))
                 .filter(runs::Column::ThreadId.eq(thread_id))
-                .filter(runs::Column::Status.is_in(ACTIVE))
+                .filter(runs::Column::Status.is_in(Status::ACTIVE))
                 .one(&*tx)
                 .await?;
             if let Some(active) = active {
@@ -302,7 +303,7 @@ pub async fn delete(engine: &Engine, user_id: &str, thread_id: &str) -> Result<u
     let active = runs::Entity::find()
         .filter(runs::Column::UserId.eq(user_id))
         .filter(runs::Column::ThreadId.is_in(thread_ids.iter().map(String::as_str)))
-        .filter(runs::Column::Status.is_in(ACTIVE))
+        .filter(runs::Column::Status.is_in(Status::ACTIVE))
         .one(&*tx)
         .await?;
     if let Some(active) = active {
@@ -354,7 +355,7 @@ pub async fn status(engine: &Engine, thread: &threads::Model) -> Result<(ThreadS
     let active = runs::Entity::find()
         .filter(runs::Column::UserId.eq(thread.user_id.as_str()))
         .filter(runs::Column::ThreadId.eq(thread.thread_id.as_str()))
-        .filter(runs::Column::Status.is_in(ACTIVE))
+        .filter(runs::Column::Status.is_in(Status::ACTIVE))
         .filter(runs::Column::Queued.eq(false))
         .one(engine.store.db())
         .await?;
@@ -363,21 +364,21 @@ pub async fn status(engine: &Engine, thread: &threads::Model) -> Result<(ThreadS
     }
     let Some(latest) = &thread.latest_run_id else { return Ok((ThreadStatus::Idle, None)) };
     let latest = runs::Entity::find_by_id(latest.clone()).one(engine.store.db()).await?;
-    let status = derived_status(false, latest.as_ref().map(|r| r.status.as_str()), latest.as_ref().and_then(|r| r.stop_reason.as_deref()));
+    let status = derived_status(false, latest.as_ref().map(|r| r.status), latest.as_ref().and_then(|r| r.stop_reason.as_deref()));
     Ok((status, None))
 }
 
 /// The one rule for a thread's status: BUSY while a run is active (admitted, not queued), else
 /// ERROR when its latest run ended ERROR or TIMEOUT, INTERRUPTED when that run stopped for a
 /// clarification or at a breakpoint, IDLE otherwise. [`status_sql`] is the same rule in SQL.
-fn derived_status(active: bool, latest_status: Option<&str>, latest_stop_reason: Option<&str>) -> ThreadStatus {
+fn derived_status(active: bool, latest_status: Option<Status>, latest_stop_reason: Option<&str>) -> ThreadStatus {
     if active {
         return ThreadStatus::Busy;
     }
     match (latest_status, latest_stop_reason) {
-        (Some(s), _) if s == ERROR || s == TIMEOUT => ThreadStatus::Error,
+        (Some(Status::Error | Status::Timeout), _) => ThreadStatus::Error,
         (_, Some("clarification")) => ThreadStatus::Interrupted,
-        (Some(s), Some("breakpoint")) if s == INTERRUPTED => ThreadStatus::Interrupted,
+        (Some(Status::Interrupted), Some("breakpoint")) => ThreadStatus::Interrupted,
         _ => ThreadStatus::Idle,
     }
 }
@@ -385,9 +386,10 @@ fn derived_status(active: bool, latest_status: Option<&str>, latest_stop_reason:
 /// [`derived_status`] as a SQL condition on the columns `active_run_id`, `latest_status` and
 /// `latest_stop_reason` of [`list`]'s query. None for UNSPECIFIED (no filter).
 fn status_sql(status: ThreadStatus) -> Option<String> {
-    let error = format!("COALESCE(latest_status, '') IN ('{ERROR}', '{TIMEOUT}')");
+    let error = format!("COALESCE(latest_status, '') IN ('{}', '{}')", Status::Error, Status::Timeout);
     let interrupted = format!(
-        "(COALESCE(latest_stop_reason, '') = 'clarification' OR (COALESCE(latest_status, '') = '{INTERRUPTED}' AND COALESCE(latest_stop_reason, '') = 'breakpoint'))"
+        "(COALESCE(latest_stop_reason, '') = 'clarification' OR (COALESCE(latest_status, '') = '{}' AND COALESCE(latest_stop_reason, '') = 'breakpoint'))",
+        Status::Interrupted
     );
     Some(match status {
         ThreadStatus::Unspecified => return None,
@@ -521,7 +523,7 @@ fn page_start(messages: &[antler_proto::common::Message], limit: u32, max_bytes:
 async fn pending_clarification(engine: &Engine, thread: &threads::Model) -> Result<Option<ClarificationEvent>, RunsError> {
     let Some(run_id) = &thread.latest_run_id else { return Ok(None) };
     let Some(run) = runs::Entity::find_by_id(run_id.clone()).one(engine.store.db()).await? else { return Ok(None) };
-    if run.status != crate::lifecycle::SUCCESS || run.stop_reason.as_deref() != Some("clarification") {
+    if run.status != Status::Success || run.stop_reason.as_deref() != Some("clarification") {
         return Ok(None);
     }
     let event = run_events::Entity::find()
@@ -663,7 +665,7 @@ pub async fn list(
            l.status AS latest_status, l.stop_reason AS latest_stop_reason \
          FROM threads t LEFT JOIN runs l ON l.run_id = t.latest_run_id \
          WHERE t.user_id = ? AND t.parent_thread_id IS NULL",
-        ACTIVE.map(|s| format!("'{s}'")).join(", ")
+        Status::ACTIVE.map(|s| format!("'{s}'")).join(", ")
     );
     let mut values: Vec<sea_orm::Value> = vec![user_id.into()];
     let (column, direction, past) = (sort.column(), if sort.ascending { "ASC" } else { "DESC" }, if sort.ascending { ">" } else { "<" });
@@ -691,14 +693,14 @@ pub async fn list(
     let filter = status_sql(query.status).map(|c| format!(" WHERE {c}")).unwrap_or_default();
     let sql = format!("SELECT * FROM ({inner}) x{filter} ORDER BY {column} {direction}, thread_id {direction} LIMIT ?");
     values.push(i64::try_from(page_size).unwrap_or(i64::MAX).into());
-    let rows = engine.store.db().query_all_raw(crate::usage::statement(backend, &sql, values)).await?;
+    let rows = engine.store.db().query_all_raw(crate::store::statement(backend, &sql, values)).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let thread = threads::Model::from_query_result(&row, "")?;
         let active_run_id: Option<String> = row.try_get("", "active_run_id")?;
-        let latest_status: Option<String> = row.try_get("", "latest_status")?;
+        let latest_status: Option<Status> = row.try_get("", "latest_status")?;
         let latest_stop_reason: Option<String> = row.try_get("", "latest_stop_reason")?;
-        let status = derived_status(active_run_id.is_some(), latest_status.as_deref(), latest_stop_reason.as_deref());
+        let status = derived_status(active_run_id.is_some(), latest_status, latest_stop_reason.as_deref());
         out.push(Listed { thread, status, active_run_id });
     }
     let next = if out.len() as u64 == page_size { out.last().map(|t| sort.encode(&t.thread)).unwrap_or_default() } else { String::new() };

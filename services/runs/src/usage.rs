@@ -5,12 +5,14 @@ use std::collections::HashMap;
 
 use antler_proto::common::{Message, Role, Usage};
 use antler_proto::runs::{CallerUsage, ContextUsage, ModelUsage, RunUsage};
-use sea_orm::{ConnectionTrait, DbBackend, EntityTrait, Statement};
+use sea_orm::{ConnectionTrait, DbBackend, EntityTrait};
 
 use crate::engine::Engine;
 use crate::error::RunsError;
-use crate::status::{ERROR, FINALIZING, INTERRUPTED, RUNNING, SUCCESS, TIMEOUT};
+use crate::status::Status;
+
 use crate::store::entity::{runs, threads};
+use crate::store::statement;
 
 fn int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
@@ -52,26 +54,6 @@ pub fn columns(usage: &RunUsage) -> Vec<(runs::Column, sea_orm::Value)> {
     ]
 }
 
-/// A statement written with `?` placeholders, numbered `$1…` for PostgreSQL.
-pub fn statement(backend: DbBackend, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
-    let sql = if backend == DbBackend::Postgres {
-        let mut numbered = String::with_capacity(sql.len() + 8);
-        let mut n = 0;
-        for c in sql.chars() {
-            if c == '?' {
-                n += 1;
-                numbered.push_str(&format!("${n}"));
-            } else {
-                numbered.push(c);
-            }
-        }
-        numbered
-    } else {
-        sql.to_owned()
-    };
-    Statement::from_sql_and_values(backend, sql, values)
-}
-
 /// What GetTokenUsage sums over a thread's runs.
 #[derive(Debug, Default)]
 pub struct ThreadUsage {
@@ -87,9 +69,9 @@ pub struct ThreadUsage {
 pub async fn thread_usage(engine: &Engine, user_id: &str, thread_id: &str, include_active: bool) -> Result<ThreadUsage, RunsError> {
     let db = engine.store.db();
     let backend = engine.store.backend();
-    let mut statuses = vec![SUCCESS, ERROR, INTERRUPTED, TIMEOUT];
+    let mut statuses = vec![Status::Success, Status::Error, Status::Interrupted, Status::Timeout];
     if include_active {
-        statuses.extend([RUNNING, FINALIZING]);
+        statuses.extend([Status::Running, Status::Finalizing]);
     }
     let marks = vec!["?"; statuses.len()].join(", ");
     let mut values: Vec<sea_orm::Value> = vec![user_id.into(), thread_id.into()];
@@ -97,7 +79,7 @@ pub async fn thread_usage(engine: &Engine, user_id: &str, thread_id: &str, inclu
     let sum = |column: &str| format!("CAST(COALESCE(SUM({column}), 0) AS BIGINT) AS {column}");
     let totals_sql = format!(
         "SELECT COUNT(*) AS runs, {} FROM runs WHERE user_id = ? AND thread_id = ? AND status IN ({marks})",
-        crate::store::migration::USAGE_COLUMNS.map(sum).join(", ")
+        runs::USAGE_COLUMNS.map(sum).join(", ")
     );
     let row = db
         .query_one_raw(statement(backend, &totals_sql, values.clone()))

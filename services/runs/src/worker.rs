@@ -16,6 +16,7 @@ use crate::engine::{Engine, LocalRun, StopCause};
 use crate::host::{Inherited, RunHost, RunIds};
 use crate::lifecycle::finalize::{self, Outcome, Outputs};
 use crate::lifecycle::{lease, liveness, start};
+use crate::status::Status;
 use crate::store::entity::{checkpoints, run_inputs, runs};
 use crate::store::now_ms;
 use antler_agent::{AgentContext, RunSpec};
@@ -129,7 +130,7 @@ async fn forget_ended_secrets(engine: &Engine) -> Result<(), crate::error::RunsE
         .select_only()
         .column(runs::Column::RunId)
         .filter(runs::Column::RunId.is_in(kept.iter().map(String::as_str)))
-        .filter(runs::Column::Status.is_in(crate::lifecycle::ACTIVE))
+        .filter(runs::Column::Status.is_in(Status::ACTIVE))
         .into_tuple()
         .all(engine.store.db())
         .await?;

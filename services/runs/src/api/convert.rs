@@ -3,7 +3,7 @@
 use antler_proto::runs::{CancelAction, CreateRunRequest, DeliveryReceipt, MultitaskStrategy, OnDisconnect, Run, RunUsage};
 use prost::Message;
 
-use crate::lifecycle::{cancel::action_from_str, lease::stored_error, status_from_str};
+use crate::lifecycle::{cancel::action_from_str, lease::stored_error};
 use crate::store::entity::runs;
 use crate::time::{opt_timestamp, to_timestamp};
 use antler_kit::json::json_text_to_struct;
@@ -20,7 +20,7 @@ pub fn run(model: &runs::Model, reused: bool) -> Run {
     Run {
         run_id: model.run_id.clone(),
         thread_id: model.thread_id.clone(),
-        status: status_from_str(&model.status) as i32,
+        status: model.status.to_proto() as i32,
         attempt: model.attempt.max(0) as u32,
         stop_reason: model.stop_reason.clone().unwrap_or_default(),
         error: stored_error(model),

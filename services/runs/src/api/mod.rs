@@ -1,6 +1,5 @@
 //! Thin tonic handlers: validate, convert proto ⇄ domain, call the domain modules.
 
 pub mod convert;
-pub mod error;
 pub mod runs;
 pub mod threads;

@@ -20,7 +20,7 @@ use super::convert;
 use crate::engine::Engine;
 use crate::error::RunsError;
 use crate::lifecycle::cancel::CancelCause;
-use crate::lifecycle::{admission, cancel, is_terminal};
+use crate::lifecycle::{admission, cancel};
 use crate::paging;
 use crate::store::entity::{feedback, runs};
 use crate::store::now_ms;
@@ -230,9 +230,9 @@ impl RunService for RunApi {
         for (i, status) in req.statuses.iter().enumerate() {
             let status = RunStatus::try_from(*status)
                 .ok()
-                .filter(|s| *s != RunStatus::Unspecified)
+                .and_then(crate::status::Status::from_proto)
                 .ok_or_else(|| antler_kit::status::invalid_argument(&format!("statuses[{i}]"), "is not a RunStatus"))?;
-            statuses.push(status.as_str_name().trim_start_matches("RUN_STATUS_").to_ascii_lowercase());
+            statuses.push(status);
         }
         if !statuses.is_empty() {
             query = query.filter(runs::Column::Status.is_in(statuses));
@@ -286,7 +286,7 @@ impl RunService for RunApi {
         } else {
             req.kinds
         };
-        let cancel_on_disconnect = req.on_disconnect == OnDisconnect::Cancel as i32 && !is_terminal(&run.status);
+        let cancel_on_disconnect = req.on_disconnect == OnDisconnect::Cancel as i32 && !run.status.is_terminal();
         let events = self.stream_events(user, &run, req.after_seq, kinds, cancel_on_disconnect, permit);
         Ok(Response::new(Box::pin(events.map(|e| e.map(|event| JoinRunResponse { event: Some(event) })))))
     }
@@ -313,11 +313,7 @@ impl RunService for RunApi {
         let task_id = (!req.task_id.is_empty()).then_some(req.task_id.as_str());
         let events = read_page(&self.engine.store, &run.run_id, after, &req.kinds, task_id, size).await?;
         let next = if events.len() as u64 == size { events.last().map(|e| e.seq.to_string()).unwrap_or_default() } else { String::new() };
-        Ok(Response::new(ListRunEventsResponse {
-            events,
-            page: page_response(next),
-            run_status: crate::lifecycle::status_from_str(&run.status) as i32,
-        }))
+        Ok(Response::new(ListRunEventsResponse { events, page: page_response(next), run_status: run.status.to_proto() as i32 }))
     }
 
     async fn submit_feedback(&self, request: Request<SubmitFeedbackRequest>) -> Result<Response<SubmitFeedbackResponse>, Status> {

@@ -9,7 +9,7 @@ use antler_agent::{Effect, Fenced};
 
 use super::RunHost;
 use crate::error::RunsError;
-use crate::lifecycle::RUNNING;
+use crate::status::Status;
 use crate::store::entity::{runs, tool_effects};
 use crate::store::now_ms;
 
@@ -103,7 +103,7 @@ impl RunHost {
     async fn owned(&self, tx: &crate::store::WriteTx) -> Result<bool, RunsError> {
         let row = runs::Entity::find_by_id(self.spec.run_id.clone())
             .filter(runs::Column::OwnerWorkerId.eq(self.engine.worker_id.as_str()))
-            .filter(runs::Column::Status.eq(RUNNING))
+            .filter(runs::Column::Status.eq(Status::Running))
             .one(&**tx)
             .await?;
         Ok(row.is_some())

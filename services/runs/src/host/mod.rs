@@ -2,15 +2,21 @@
 //! write is one transaction (on PostgreSQL a lone event is one statement) that first checks, in the
 //! same statement that allocates the events' seqs, that this worker still owns the run; a write that
 //! finds otherwise fences the agent, so nothing is written after a lost lease.
+//!
+//! Here: the host of one attempt ([`RunHost`]) and its writes. `journal.rs`: the side-effect
+//! journal. `agent_calls.rs`: the `antler_agent::Host` calls the agent makes, which include starting
+//! subagent runs (`crate::subagent`, which executes them through `crate::worker`); the worker only
+//! needs this file, so the recursion run → subagent → run goes through the agent's `dyn Host`, not
+//! through a circle of imports.
 
+mod agent_calls;
 pub mod journal;
 
 use std::sync::{Arc, Mutex};
 
-use antler_agent::{Batch, Effect, Fenced, Host, SubagentCall, SubagentUpdate};
+use antler_agent::{Batch, Fenced};
 use antler_proto::common::Usage;
 use antler_proto::runs::{Checkpoint, RunEvent, RunUsage};
-use futures::future::BoxFuture;
 use prost::Message as _;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, DbBackend, EntityTrait, QueryFilter};
@@ -78,48 +84,6 @@ struct Known {
 impl std::fmt::Debug for RunHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunHost").field("run_id", &self.spec.run_id).finish_non_exhaustive()
-    }
-}
-
-impl Host for RunHost {
-    fn write(&self, batch: Batch) -> BoxFuture<'_, Result<(), Fenced>> {
-        Box::pin(self.write_batch(batch))
-    }
-
-    fn fenced(&self) -> bool {
-        self.check().is_err()
-    }
-
-    fn effect<'a>(&'a self, tool_call_id: &'a str) -> BoxFuture<'a, Result<Effect, Fenced>> {
-        Box::pin(self.journal_effect(tool_call_id))
-    }
-
-    fn record_intent<'a>(&'a self, tool_call_id: &'a str, tool_name: &'a str, arguments: &'a str) -> BoxFuture<'a, Result<(), Fenced>> {
-        Box::pin(self.journal_intent(tool_call_id, tool_name, arguments))
-    }
-
-    fn record_result<'a>(&'a self, tool_call_id: &'a str, result: &'a str, is_error: bool) -> BoxFuture<'a, Result<(), Fenced>> {
-        Box::pin(self.journal_result(tool_call_id, result, is_error))
-    }
-
-    fn subagent(&self, call: SubagentCall) -> BoxFuture<'_, Result<tokio::sync::mpsc::Receiver<SubagentUpdate>, Fenced>> {
-        Box::pin(async move {
-            self.check()?;
-            let parent = crate::subagent::Parent {
-                run_id: self.spec.run_id.clone(),
-                thread_id: self.spec.thread_id.clone(),
-                user_id: self.spec.user_id.clone(),
-                attempt: self.spec.attempt,
-                secret_names: self.inherit.secret_names.clone(),
-                context: self.inherit.context.clone(),
-                local: self.local.clone(),
-                done: self.done.clone(),
-            };
-            let (task_id, subagent_type) = (call.task_id.clone(), call.subagent_type.clone());
-            let (updates, driver) = crate::subagent::spawn(self.engine.clone(), parent, call);
-            self.children.lock().unwrap_or_else(|p| p.into_inner()).push(Child { task_id, subagent_type, driver });
-            Ok(updates)
-        })
     }
 }
 

@@ -13,7 +13,7 @@ use prost::Message;
 use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use sha2::{Digest, Sha256};
 
-use super::{ACTIVE, Ending, FINALIZING, INTERRUPTED, PENDING, end_by_service};
+use super::{Ending, end_by_service};
 
 /// Largest request kept whole in the `runs` row; a larger one's input goes to `run_inputs`.
 pub const INLINE_REQUEST_BYTES: usize = 4096;
@@ -21,6 +21,7 @@ pub const INLINE_REQUEST_BYTES: usize = 4096;
 use crate::config::CONTEXT_OWNED_KEYS;
 use crate::engine::{Engine, StopCause};
 use crate::error::RunsError;
+use crate::status::Status;
 use crate::store::entity::{run_inputs, runs, threads};
 use crate::store::now_ms;
 use crate::stream::{first_event, insert_rows};
@@ -395,7 +396,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         runs::Entity::find()
             .filter(runs::Column::UserId.eq(user_id))
             .filter(runs::Column::ThreadId.eq(thread.thread_id.as_str()))
-            .filter(runs::Column::Status.is_in(ACTIVE))
+            .filter(runs::Column::Status.is_in(Status::ACTIVE))
             .filter(runs::Column::Queued.eq(false))
             .one(&*tx)
             .await?
@@ -409,12 +410,12 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
             }
             MultitaskStrategy::Enqueue => queued = true,
             // A run that is finalizing is past the point of interruption: the new one waits for it.
-            MultitaskStrategy::Interrupt | MultitaskStrategy::Rollback if active.status == FINALIZING => queued = true,
+            MultitaskStrategy::Interrupt | MultitaskStrategy::Rollback if active.status == Status::Finalizing => queued = true,
             MultitaskStrategy::Interrupt | MultitaskStrategy::Rollback => {
                 let rollback = strategy == MultitaskStrategy::Rollback;
                 rolled_back = rollback;
                 let action = if rollback { "rollback" } else { "interrupt" };
-                let ending = Ending { status: INTERRUPTED, stop_reason: "superseded".to_owned(), error: None, rollback };
+                let ending = Ending { status: Status::Interrupted, stop_reason: "superseded".to_owned(), error: None, rollback };
                 runs::Entity::update_many()
                     .col_expr(runs::Column::CancelAction, sea_orm::sea_query::Expr::value(action))
                     .col_expr(runs::Column::CancelCause, sea_orm::sea_query::Expr::value(super::cancel::CancelCause::Superseded.as_str()))
@@ -422,7 +423,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
                     .filter(runs::Column::CancelAction.is_null())
                     .exec(&*tx)
                     .await?;
-                if let Some(end) = end_by_service(&*tx, &active, &[PENDING, super::RUNNING], &ending).await? {
+                if let Some(end) = end_by_service(&*tx, &active, &[Status::Pending, Status::Running], &ending).await? {
                     effects.events.push(end);
                 }
                 effects.superseded.push(active.run_id.clone());
@@ -433,7 +434,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         let waiting = runs::Entity::find()
             .filter(runs::Column::UserId.eq(user_id))
             .filter(runs::Column::ThreadId.eq(thread.thread_id.as_str()))
-            .filter(runs::Column::Status.eq(PENDING))
+            .filter(runs::Column::Status.eq(Status::Pending))
             .filter(runs::Column::Queued.eq(true))
             .count(&*tx)
             .await?;
@@ -556,7 +557,7 @@ pub(crate) fn new_run(
         run_id,
         user_id: user_id.to_owned(),
         thread_id: thread_id.to_owned(),
-        status: PENDING.to_owned(),
+        status: Status::Pending,
         queued,
         attempt: 0,
         owner_worker_id: Some(engine.worker_id.clone()),

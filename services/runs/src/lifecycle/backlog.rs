@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter};
 
-use super::PENDING;
 use crate::error::RunsError;
+use crate::status::Status;
 use crate::store::entity::runs;
 
 /// How old the count may get before it is taken again.
@@ -33,7 +33,7 @@ impl Backlog {
         {
             return Ok(count);
         }
-        let count = runs::Entity::find().filter(runs::Column::Status.eq(PENDING)).count(db).await?;
+        let count = runs::Entity::find().filter(runs::Column::Status.eq(Status::Pending)).count(db).await?;
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) = Some((count, Instant::now()));
         Ok(count)
     }

@@ -7,10 +7,11 @@ use antler_proto::runs::{CancelAction, RunEvent};
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
 
-use super::{Ending, FINALIZING, INTERRUPTED, PENDING, RUNNING, end_by_service, is_terminal, promote_next_queued, status_from_str};
+use super::{Ending, end_by_service, promote_next_queued};
 use crate::engine::{Engine, StopCause};
 use crate::error::RunsError;
-use crate::notify::{Live, Wake};
+use crate::hub::{Live, Wake};
+use crate::status::Status;
 use crate::store::entity::runs;
 use crate::store::now_ms;
 
@@ -70,7 +71,7 @@ pub fn ending_of(run: &runs::Model) -> Ending {
         CancelCause::Requested if rollback => "rolled_back",
         CancelCause::Requested => "cancelled",
     };
-    Ending { status: INTERRUPTED, stop_reason: stop_reason.to_owned(), error: None, rollback }
+    Ending { status: Status::Interrupted, stop_reason: stop_reason.to_owned(), error: None, rollback }
 }
 
 /// Requests cancellation of `run_id` (owned by `user_id`) for `cause`. Returns the winning action.
@@ -95,7 +96,7 @@ pub async fn cancel(
         .await?
         .filter(|r| thread_id.is_empty() || r.thread_id == thread_id)
         .ok_or_else(|| RunsError::NotFound(format!("run {run_id}")))?;
-    if run.status == INTERRUPTED {
+    if run.status == Status::Interrupted {
         return Ok(action_from_str(run.cancel_action.as_deref().or(Some("interrupt"))));
     }
     not_cancellable(&run)?;
@@ -107,7 +108,7 @@ pub async fn cancel(
             .col_expr(runs::Column::UpdatedAt, Expr::value(now_ms()))
             .filter(runs::Column::RunId.eq(run_id))
             .filter(runs::Column::CancelAction.is_null())
-            .filter(runs::Column::Status.is_in([PENDING, RUNNING]))
+            .filter(runs::Column::Status.is_in([Status::Pending, Status::Running]))
             .exec(&*tx)
             .await?;
     }
@@ -120,22 +121,22 @@ pub async fn cancel(
     let ending = ending_of(&run);
     let mut promoted = false;
     let lease_dead = run.lease_expires_at.is_none_or(|l| l < now_ms() - engine.config.grace().as_millis() as i64);
-    if run.status == PENDING {
+    if run.status == Status::Pending {
         // Not started: end it here; try_start's compare-and-set now fails, so no agent is built.
-        if let Some(end) = end_by_service(&*tx, &run, &[PENDING], &ending).await? {
+        if let Some(end) = end_by_service(&*tx, &run, &[Status::Pending], &ending).await? {
             events.push(end);
             promoted = promote_next_queued(&*tx, &run.user_id, &run.thread_id).await?;
         }
-    } else if run.status == RUNNING && lease_dead && engine.local_run(run_id).is_none() {
+    } else if run.status == Status::Running && lease_dead && engine.local_run(run_id).is_none() {
         // Its worker is gone: nobody else will close it.
-        if let Some(end) = end_by_service(&*tx, &run, &[RUNNING], &ending).await? {
+        if let Some(end) = end_by_service(&*tx, &run, &[Status::Running], &ending).await? {
             events.push(end);
             promoted = promote_next_queued(&*tx, &run.user_id, &run.thread_id).await?;
         }
     }
     tx.commit().await?;
     engine.hub.publish(&events);
-    if run.status == RUNNING
+    if run.status == Status::Running
         && let Some(local) = engine.local_run(run_id)
     {
         // Running here: stop the agent now; the worker ends the run INTERRUPTED. A run on another
@@ -159,7 +160,7 @@ async fn cancel_children(engine: &Engine, user_id: &str, run_id: &str, cause: Ca
         .select_only()
         .column(runs::Column::RunId)
         .filter(runs::Column::ParentRunId.eq(run_id))
-        .filter(runs::Column::Status.is_in(super::ACTIVE))
+        .filter(runs::Column::Status.is_in(Status::ACTIVE))
         .into_tuple()
         .all(engine.store.db())
         .await;
@@ -177,14 +178,14 @@ async fn cancel_children(engine: &Engine, user_id: &str, run_id: &str, cause: Ca
 
 /// FAILED_PRECONDITION for a run past the point where a cancel can win.
 fn not_cancellable(run: &runs::Model) -> Result<(), RunsError> {
-    let status = status_from_str(&run.status).as_str_name().trim_start_matches("RUN_STATUS_");
-    if run.status == FINALIZING {
+    let status = run.status.to_proto().as_str_name().trim_start_matches("RUN_STATUS_");
+    if run.status == Status::Finalizing {
         return Err(RunsError::FailedPrecondition(format!(
             "run {} is not cancellable (status: {status}): its agent already completed and its outcome is being written\nhint: read the outcome with GetRun in a moment",
             run.run_id
         )));
     }
-    if is_terminal(&run.status) && run.status != INTERRUPTED {
+    if run.status.is_terminal() && run.status != Status::Interrupted {
         return Err(RunsError::FailedPrecondition(format!(
             "run {} is not cancellable (status: {status}): it already ended\nhint: read the outcome with GetRun",
             run.run_id
@@ -203,7 +204,7 @@ pub async fn wait_terminal(engine: &Engine, run_id: &str) -> Result<runs::Model,
             .one(engine.store.db())
             .await?
             .ok_or_else(|| RunsError::NotFound(format!("run {run_id}")))?;
-        if is_terminal(&run.status) {
+        if run.status.is_terminal() {
             return Ok(run);
         }
         loop {

@@ -11,9 +11,10 @@ use prost::Message;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 
-use super::{ERROR, FINALIZING, INTERRUPTED, RUNNING, SUCCESS, TIMEOUT, cancel, end_run, promote_next_queued, start, status_from_str};
+use super::{cancel, end_run, promote_next_queued, start};
 use crate::engine::Engine;
 use crate::error::RunsError;
+use crate::status::Status;
 use crate::store::entity::runs;
 use crate::store::now_ms;
 use crate::stream::{Writer, append};
@@ -61,10 +62,10 @@ pub async fn finalize(
 ) -> Result<Option<Finalized>, RunsError> {
     let worker = engine.worker_id.as_str();
     let (mut status, mut stop_reason, mut error, outputs, cancelled) = match outcome {
-        Outcome::Completed { stop_reason, outputs } => (SUCCESS, stop_reason, None, outputs, false),
+        Outcome::Completed { stop_reason, outputs } => (Status::Success, stop_reason, None, outputs, false),
         // A failed run's stop_reason is its error code (documented with RunError.code).
-        Outcome::Failed(error) => (ERROR, error.code.clone(), Some(error), Outputs::default(), false),
-        Outcome::Cancelled { outputs } => (INTERRUPTED, "cancelled".to_owned(), None, outputs, true),
+        Outcome::Failed(error) => (Status::Error, error.code.clone(), Some(error), Outputs::default(), false),
+        Outcome::Cancelled { outputs } => (Status::Interrupted, "cancelled".to_owned(), None, outputs, true),
         Outcome::TimedOut { limit, outputs } => {
             let error = RunError {
                 code: "deadline_exceeded".to_owned(),
@@ -75,12 +76,12 @@ pub async fn finalize(
                 retryable: false,
                 details: None,
             };
-            (TIMEOUT, "deadline_exceeded".to_owned(), Some(error), outputs, false)
+            (Status::Timeout, "deadline_exceeded".to_owned(), Some(error), outputs, false)
         }
     };
     let receipt = receipt(declared, &outputs);
-    if status == SUCCESS && !receipt.satisfied {
-        status = ERROR;
+    if status == Status::Success && !receipt.satisfied {
+        status = Status::Error;
         stop_reason = "delivery_incomplete".to_owned();
         error = Some(RunError {
             code: "delivery_incomplete".to_owned(),
@@ -94,9 +95,9 @@ pub async fn finalize(
     // cancel request beats a completion that races it.
     let tx = engine.store.tx().await?;
     let now = now_ms();
-    let enter = |status: &'static str, stop_reason: &str, error: &Option<RunError>| {
+    let enter = |status: Status, stop_reason: &str, error: &Option<RunError>| {
         runs::Entity::update_many()
-            .col_expr(runs::Column::Status, Expr::value(FINALIZING))
+            .col_expr(runs::Column::Status, Expr::value(Status::Finalizing))
             .col_expr(runs::Column::FinalStatus, Expr::value(status))
             .col_expr(runs::Column::StopReason, Expr::value(stop_reason.to_owned()))
             .col_expr(runs::Column::ErrorCode, Expr::value(error.as_ref().map(|e| e.code.clone())))
@@ -105,7 +106,7 @@ pub async fn finalize(
             .col_expr(runs::Column::UpdatedAt, Expr::value(now))
             .filter(runs::Column::RunId.eq(run.run_id.as_str()))
             .filter(runs::Column::OwnerWorkerId.eq(worker))
-            .filter(runs::Column::Status.eq(RUNNING))
+            .filter(runs::Column::Status.eq(Status::Running))
     };
     let entered = if cancelled {
         0
@@ -117,7 +118,7 @@ pub async fn finalize(
         // here, in one step — nothing remains to deliver, so there is no FINALIZING and no receipt.
         let current = runs::Entity::find_by_id(run.run_id.clone()).one(&*tx).await?;
         let Some(current) = current.filter(|c| c.cancel_action.is_some()) else { return Ok(None) };
-        let Some(end) = end_run(&*tx, &current, &[RUNNING], Some(worker), &cancel::ending_of(&current)).await? else {
+        let Some(end) = end_run(&*tx, &current, &[Status::Running], Some(worker), &cancel::ending_of(&current)).await? else {
             return Ok(None);
         };
         let promoted = promote_next_queued(&*tx, &run.user_id, &run.thread_id).await?;
@@ -134,7 +135,7 @@ pub async fn finalize(
     };
     events.push(delivery);
     tx.commit().await?;
-    metrics::counter!("antler_run_transitions_total", "to" => "finalizing").increment(1);
+    metrics::counter!("antler_run_transitions_total", "to" => Status::Finalizing.as_str()).increment(1);
 
     // Step 2: FINALIZING → terminal, then END.
     let tx = engine.store.tx().await?;
@@ -147,7 +148,7 @@ pub async fn finalize(
         .col_expr(runs::Column::UpdatedAt, Expr::value(now_ms()))
         .filter(runs::Column::RunId.eq(run.run_id.as_str()))
         .filter(runs::Column::OwnerWorkerId.eq(worker))
-        .filter(runs::Column::Status.eq(FINALIZING))
+        .filter(runs::Column::Status.eq(Status::Finalizing))
         .exec(&*tx)
         .await?
         .rows_affected;
@@ -155,7 +156,7 @@ pub async fn finalize(
         return Ok(Some(Finalized { events, next: None }));
     }
     let end = Kind::End(EndEvent {
-        status: status_from_str(status) as i32,
+        status: status.to_proto() as i32,
         stop_reason: stop_reason.clone(),
         error: error.clone(),
         usage: Some(usage),
@@ -170,12 +171,12 @@ pub async fn finalize(
         && !engine.takeovers_waiting.load(std::sync::atomic::Ordering::Relaxed);
     let next = if hand_over { start::start_next_in(&*tx, engine).await? } else { None };
     tx.commit().await?;
-    metrics::counter!("antler_run_transitions_total", "to" => status).increment(1);
+    metrics::counter!("antler_run_transitions_total", "to" => status.as_str()).increment(1);
     if next.is_some() {
         start::count_started(1);
         metrics::counter!("antler_run_handovers_total").increment(1);
     }
-    tracing::info!(run_id = %run.run_id, status, stop_reason = %stop_reason, "run finished");
+    tracing::info!(run_id = %run.run_id, %status, stop_reason = %stop_reason, "run finished");
     if promoted {
         engine.wake.notify_one();
     }

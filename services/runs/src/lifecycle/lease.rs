@@ -6,9 +6,10 @@ use antler_proto::runs::{Metadata, RunError};
 use sea_orm::sea_query::{Condition, Expr, ExprTrait};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
-use super::{ACTIVE, ERROR, Ending, FINALIZING, INTERRUPTED, PENDING, RUNNING, end_by_service, promote_next_queued, status_from_str};
+use super::{Ending, end_by_service, promote_next_queued};
 use crate::engine::{Engine, StopCause};
 use crate::error::RunsError;
+use crate::status::Status;
 use crate::store::entity::runs;
 use crate::store::now_ms;
 use crate::stream::{Writer, append};
@@ -33,7 +34,7 @@ pub async fn renew(engine: &Engine, run_id: &str) -> Result<Renewal, RunsError> 
                 .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config.lease().as_millis() as i64))
                 .filter(runs::Column::RunId.eq(run_id))
                 .filter(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
-                .filter(runs::Column::Status.is_in([RUNNING, FINALIZING]))
+                .filter(runs::Column::Status.is_in([Status::Running, Status::Finalizing]))
                 .exec(&*tx)
                 .await?
                 .rows_affected;
@@ -113,12 +114,12 @@ pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError>
             .select_only()
             .column(runs::Column::UserId)
             .column(runs::Column::ThreadId)
-            .filter(runs::Column::Status.eq(PENDING))
+            .filter(runs::Column::Status.eq(Status::Pending))
             .filter(runs::Column::Queued.eq(true))
             .filter(Expr::cust(format!(
                 "NOT EXISTS (SELECT 1 FROM runs a WHERE a.user_id = runs.user_id AND a.thread_id = runs.thread_id \
                  AND a.status IN ({}) AND a.queued = FALSE)",
-                ACTIVE.map(|s| format!("'{s}'")).join(", ")
+                Status::ACTIVE.map(|s| format!("'{s}'")).join(", ")
             )))
             .distinct()
             .order_by_asc(runs::Column::UserId)
@@ -152,7 +153,7 @@ pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError>
         .col_expr(runs::Column::IdempotencyKey, Expr::value(Option::<String>::None))
         .filter(runs::Column::IdempotencyKey.is_not_null())
         .filter(runs::Column::CreatedAt.lt(now - (engine.config.idempotency_retention_secs * 1000) as i64))
-        .filter(runs::Column::Status.is_not_in(ACTIVE))
+        .filter(runs::Column::Status.is_not_in(Status::ACTIVE))
         .exec(&*tx)
         .await?;
     tx.commit().await?;
@@ -173,7 +174,7 @@ pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Mod
     let mut after = String::new();
     loop {
         let mut query = runs::Entity::find()
-            .filter(runs::Column::Status.is_in([RUNNING, FINALIZING]))
+            .filter(runs::Column::Status.is_in([Status::Running, Status::Finalizing]))
             .filter(Condition::any().add(runs::Column::LeaseExpiresAt.is_null()).add(runs::Column::LeaseExpiresAt.lt(expired_before)))
             .filter(runs::Column::RunId.gt(after.as_str()))
             .order_by_asc(runs::Column::RunId)
@@ -182,7 +183,7 @@ pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Mod
             // No capacity left to claim: only the runs this pass can close still matter.
             query = query.filter(
                 Condition::any()
-                    .add(runs::Column::Status.eq(FINALIZING))
+                    .add(runs::Column::Status.eq(Status::Finalizing))
                     .add(runs::Column::CancelAction.is_not_null())
                     .add(runs::Column::Attempt.gte(engine.config.max_attempts as i32)),
             );
@@ -219,7 +220,7 @@ async fn take_over_batch(
         // A run this pass cannot claim for lack of capacity costs no transaction: on a saturated
         // replica the dispatcher runs this pass for every slot that frees, and a transaction per
         // waiting orphan each time (one slot, dozens of orphans) delayed the takeovers themselves.
-        let needs_slot = run.status != FINALIZING
+        let needs_slot = run.status != Status::Finalizing
             && run.cancel_action.is_none()
             && run.attempt < engine.config.max_attempts as i32
             && run.parent_run_id.is_none();
@@ -228,21 +229,18 @@ async fn take_over_batch(
             continue;
         }
         let tx = engine.store.control_tx().await?;
-        let ended = if run.status == FINALIZING {
+        let ended = if run.status == Status::Finalizing {
             // The finalizer wrote the receipt and its intended status, then died: add only the closing.
-            let status = match run.final_status.as_deref() {
-                Some(s) if super::is_terminal(s) => status_str(s),
-                _ => ERROR,
-            };
+            let status = run.final_status.filter(|s| s.is_terminal()).unwrap_or(Status::Error);
             let ending = Ending {
                 status,
                 stop_reason: run.stop_reason.clone().unwrap_or_default(),
                 error: stored_error(&run),
                 rollback: run.cancel_action.as_deref() == Some("rollback"),
             };
-            end_by_service(&*tx, &run, &[FINALIZING], &ending).await?
+            end_by_service(&*tx, &run, &[Status::Finalizing], &ending).await?
         } else if run.cancel_action.is_some() {
-            end_by_service(&*tx, &run, &[RUNNING], &super::cancel::ending_of(&run)).await?
+            end_by_service(&*tx, &run, &[Status::Running], &super::cancel::ending_of(&run)).await?
         } else if run.attempt >= engine.config.max_attempts as i32 {
             let error = RunError {
                 code: "max_attempts_exceeded".to_owned(),
@@ -253,16 +251,17 @@ async fn take_over_batch(
                 retryable: false,
                 details: None,
             };
-            let ending = Ending { status: ERROR, stop_reason: "max_attempts_exceeded".to_owned(), error: Some(error), rollback: false };
-            end_by_service(&*tx, &run, &[RUNNING], &ending).await?
+            let ending =
+                Ending { status: Status::Error, stop_reason: "max_attempts_exceeded".to_owned(), error: Some(error), rollback: false };
+            end_by_service(&*tx, &run, &[Status::Running], &ending).await?
         } else if let Some(parent_id) = &run.parent_run_id {
             // A subagent run is taken over by its parent (which resumes first and waits on it) —
             // unless the parent already ended: then nobody will, and it ends INTERRUPTED here.
-            let parent: Option<String> =
+            let parent: Option<Status> =
                 runs::Entity::find_by_id(parent_id.clone()).select_only().column(runs::Column::Status).into_tuple().one(&*tx).await?;
-            if parent.as_deref().is_none_or(super::is_terminal) {
-                let ending = Ending { status: INTERRUPTED, stop_reason: "parent_ended".to_owned(), error: None, rollback: false };
-                end_by_service(&*tx, &run, &[RUNNING], &ending).await?
+            if parent.is_none_or(Status::is_terminal) {
+                let ending = Ending { status: Status::Interrupted, stop_reason: "parent_ended".to_owned(), error: None, rollback: false };
+                end_by_service(&*tx, &run, &[Status::Running], &ending).await?
             } else {
                 None
             }
@@ -306,7 +305,7 @@ pub(crate) async fn claim(
         .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
         .col_expr(runs::Column::UpdatedAt, Expr::value(now))
         .filter(runs::Column::RunId.eq(run.run_id.as_str()))
-        .filter(runs::Column::Status.eq(RUNNING))
+        .filter(runs::Column::Status.eq(Status::Running))
         .filter(runs::Column::CancelAction.is_null())
         .filter(
             sea_orm::sea_query::Condition::any()
@@ -347,15 +346,6 @@ pub async fn release(engine: &Engine, run_id: &str) -> Result<(), RunsError> {
         .await?;
     tx.commit().await?;
     Ok(())
-}
-
-fn status_str(s: &str) -> &'static str {
-    match status_from_str(s) {
-        antler_proto::runs::RunStatus::Success => super::SUCCESS,
-        antler_proto::runs::RunStatus::Interrupted => INTERRUPTED,
-        antler_proto::runs::RunStatus::Timeout => super::TIMEOUT,
-        _ => ERROR,
-    }
 }
 
 pub fn stored_error(run: &runs::Model) -> Option<RunError> {

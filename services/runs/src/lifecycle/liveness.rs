@@ -21,9 +21,9 @@ use std::time::Duration;
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
 
-use super::PENDING;
 use crate::engine::Engine;
 use crate::error::RunsError;
+use crate::status::Status;
 use crate::store::entity::{runs, workers};
 use crate::store::now_ms;
 
@@ -110,7 +110,7 @@ pub async fn find_dead(engine: &Engine) -> Result<Vec<String>, RunsError> {
             .select_only()
             .column(runs::Column::OwnerWorkerId)
             .distinct()
-            .filter(runs::Column::Status.eq(PENDING))
+            .filter(runs::Column::Status.eq(Status::Pending))
             .filter(runs::Column::OwnerWorkerId.is_in(dead_workers))
             .into_tuple::<Option<String>>()
             .all(engine.store.control_db())

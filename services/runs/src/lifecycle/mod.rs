@@ -28,18 +28,17 @@ use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, Query
 use antler_kit::redact::redact;
 
 use crate::error::RunsError;
+use crate::status::Status;
 use crate::store::entity::{runs, threads};
 use crate::store::now_ms;
 use crate::stream::{Writer, append};
 use antler_proto::runs::RunEvent;
 
-pub use crate::status::{ACTIVE, ERROR, FINALIZING, INTERRUPTED, PENDING, RUNNING, SUCCESS, TIMEOUT, is_terminal, status_from_str};
-
 /// How the service ends a run it does not execute (cancel before start, supersession, takeover of a
 /// dead worker's run, too many attempts).
 #[derive(Debug, Clone)]
 pub struct Ending {
-    pub status: &'static str,
+    pub status: Status,
     pub stop_reason: String,
     pub error: Option<RunError>,
     /// Restore the thread to the run's base checkpoint.
@@ -51,7 +50,7 @@ pub struct Ending {
 pub async fn end_by_service(
     db: &impl ConnectionTrait,
     run: &runs::Model,
-    from: &[&str],
+    from: &[Status],
     ending: &Ending,
 ) -> Result<Option<RunEvent>, RunsError> {
     end_run(db, run, from, None, ending).await
@@ -62,7 +61,7 @@ pub async fn end_by_service(
 pub async fn end_run(
     db: &impl ConnectionTrait,
     run: &runs::Model,
-    from: &[&str],
+    from: &[Status],
     owner: Option<&str>,
     ending: &Ending,
 ) -> Result<Option<RunEvent>, RunsError> {
@@ -88,13 +87,13 @@ pub async fn end_run(
     if changed == 0 {
         return Ok(None);
     }
-    metrics::counter!("antler_run_transitions_total", "to" => ending.status).increment(1);
+    metrics::counter!("antler_run_transitions_total", "to" => ending.status.as_str()).increment(1);
     if ending.rollback {
         restore_head(db, run).await?;
     }
     let usage = RunUsage::decode(run.usage.as_slice()).unwrap_or_default();
     let end = Kind::End(EndEvent {
-        status: status_from_str(ending.status) as i32,
+        status: ending.status.to_proto() as i32,
         stop_reason: ending.stop_reason.clone(),
         error: ending.error.clone(),
         usage: Some(usage),
@@ -120,7 +119,7 @@ pub async fn promote_next_queued(db: &impl ConnectionTrait, user_id: &str, threa
     let active = runs::Entity::find()
         .filter(runs::Column::UserId.eq(user_id))
         .filter(runs::Column::ThreadId.eq(thread_id))
-        .filter(runs::Column::Status.is_in(ACTIVE))
+        .filter(runs::Column::Status.is_in(Status::ACTIVE))
         .filter(runs::Column::Queued.eq(false))
         .one(db)
         .await?;
@@ -130,7 +129,7 @@ pub async fn promote_next_queued(db: &impl ConnectionTrait, user_id: &str, threa
     let next = runs::Entity::find()
         .filter(runs::Column::UserId.eq(user_id))
         .filter(runs::Column::ThreadId.eq(thread_id))
-        .filter(runs::Column::Status.eq(PENDING))
+        .filter(runs::Column::Status.eq(Status::Pending))
         .filter(runs::Column::Queued.eq(true))
         .order_by_asc(runs::Column::CreatedAt)
         .order_by_asc(runs::Column::RunId)

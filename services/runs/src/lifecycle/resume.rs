@@ -9,9 +9,9 @@ use antler_proto::runs::{ClarificationEvent, CreateRunRequest, EventKind, FormFi
 use prost_types::value::Kind as V;
 use sea_orm::EntityTrait;
 
-use super::SUCCESS;
 use crate::engine::Engine;
 use crate::error::RunsError;
+use crate::status::Status;
 use crate::store::entity::{runs, threads};
 use crate::stream::read_after;
 
@@ -58,7 +58,7 @@ async fn pending(engine: &Engine, user_id: &str, thread_id: &str) -> Result<Opti
     let Some(thread) = thread else { return Err(RunsError::NotFound(format!("thread {thread_id}"))) };
     let Some(latest) = thread.latest_run_id else { return Ok(None) };
     let Some(run) = runs::Entity::find_by_id(latest).one(engine.store.db()).await? else { return Ok(None) };
-    if run.status != SUCCESS || run.stop_reason.as_deref() != Some("clarification") {
+    if run.status != Status::Success || run.stop_reason.as_deref() != Some("clarification") {
         return Ok(None);
     }
     let events = read_after(&engine.store, &run.run_id, 0, &[EventKind::Clarification as i32], 1000).await?;

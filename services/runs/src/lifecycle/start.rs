@@ -5,9 +5,9 @@
 use sea_orm::sea_query::{Condition, Expr, ExprTrait, LockBehavior, LockType};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait};
 
-use super::{PENDING, RUNNING};
 use crate::engine::Engine;
 use crate::error::RunsError;
+use crate::status::Status;
 use crate::store::entity::runs;
 use crate::store::now_ms;
 
@@ -42,7 +42,7 @@ pub async fn try_start_many(engine: &Engine, run_ids: &[String]) -> Result<Vec<r
 
 /// Counts runs that became RUNNING (call it once their transaction committed).
 pub fn count_started(runs: usize) {
-    metrics::counter!("antler_run_transitions_total", "to" => "running").increment(runs as u64);
+    metrics::counter!("antler_run_transitions_total", "to" => Status::Running.as_str()).increment(runs as u64);
 }
 
 /// The compare-and-set of [`try_start_many`] inside `db` (a transaction the caller commits, then
@@ -81,13 +81,13 @@ pub async fn start_next_in(db: &impl sea_orm::ConnectionTrait, engine: &Engine) 
 /// The compare-and-set PENDING → RUNNING for this worker, for the runs a caller's filter adds.
 fn start_update(engine: &Engine, now: i64) -> sea_orm::UpdateMany<runs::Entity> {
     runs::Entity::update_many()
-        .col_expr(runs::Column::Status, Expr::value(RUNNING))
+        .col_expr(runs::Column::Status, Expr::value(Status::Running))
         .col_expr(runs::Column::OwnerWorkerId, Expr::value(engine.worker_id.as_str()))
         .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config.lease().as_millis() as i64))
         .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
         .col_expr(runs::Column::StartedAt, Expr::value(now))
         .col_expr(runs::Column::UpdatedAt, Expr::value(now))
-        .filter(runs::Column::Status.eq(PENDING))
+        .filter(runs::Column::Status.eq(Status::Pending))
         .filter(runs::Column::Queued.eq(false))
         .filter(runs::Column::CancelAction.is_null())
         .filter(claimable(engine, now))
@@ -126,7 +126,7 @@ fn pending_select(which: Condition, limit: u64) -> sea_orm::Select<runs::Entity>
     runs::Entity::find()
         .select_only()
         .column(runs::Column::RunId)
-        .filter(runs::Column::Status.eq(PENDING))
+        .filter(runs::Column::Status.eq(Status::Pending))
         .filter(runs::Column::Queued.eq(false))
         .filter(runs::Column::CancelAction.is_null())
         // A subagent run is started by its parent's `task` call, under the parent's slot.

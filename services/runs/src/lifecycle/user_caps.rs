@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect};
 
-use super::{ACTIVE, PENDING};
 use crate::config::RunsConfig;
 use crate::error::RunsError;
+use crate::status::Status;
+
 use crate::store::entity::runs;
 
 /// How old a user's counts may get before they are taken again.
@@ -52,12 +53,12 @@ impl UserRuns {
         {
             return Ok(counts);
         }
-        let rows: Vec<(String, i64)> = runs::Entity::find()
+        let rows: Vec<(Status, i64)> = runs::Entity::find()
             .select_only()
             .column(runs::Column::Status)
             .column_as(runs::Column::RunId.count(), "n")
             .filter(runs::Column::UserId.eq(user_id))
-            .filter(runs::Column::Status.is_in(ACTIVE))
+            .filter(runs::Column::Status.is_in(Status::ACTIVE))
             .group_by(runs::Column::Status)
             .into_tuple()
             .all(db)
@@ -66,7 +67,7 @@ impl UserRuns {
         for (status, n) in rows {
             let n = u64::try_from(n).unwrap_or(0);
             counts.active += n;
-            if status == PENDING {
+            if status == Status::Pending {
                 counts.pending += n;
             }
         }

@@ -346,8 +346,14 @@ impl MigrationName for SqlAggregates {
     }
 }
 
-/// The numeric usage columns of `runs`, as `crate::usage::columns` writes them.
-pub const USAGE_COLUMNS: [&str; 9] = [
+// A migration is history: it must do the same on every database it ever meets, whatever the
+// service above it becomes. So what m0010 needs of the domain (the usage columns and how a usage
+// maps onto them, the task an event belongs to) is copied here as it was when m0010 was written,
+// not called: changing `crate::usage` or `crate::stream` must not change this migration.
+
+/// The numeric usage columns m0010 added to `runs` (frozen; the live list is
+/// `entity::runs::USAGE_COLUMNS`).
+const USAGE_COLUMNS: [&str; 9] = [
     "usage_input_tokens",
     "usage_output_tokens",
     "usage_total_tokens",
@@ -397,7 +403,7 @@ impl MigrationTrait for SqlAggregates {
                     continue;
                 }
                 let mut update = runs::Entity::update_many().filter(runs::Column::RunId.eq(run_id.as_str()));
-                for (column, value) in crate::usage::columns(&usage) {
+                for (column, value) in usage_columns(&usage) {
                     update = update.col_expr(column, sea_orm::sea_query::Expr::value(value));
                 }
                 update.exec(db).await?;
@@ -431,7 +437,7 @@ impl MigrationTrait for SqlAggregates {
             after = (run_id.clone(), *seq);
             for (run_id, seq, payload) in rows {
                 let Ok(event) = <antler_proto::runs::RunEvent as prost::Message>::decode(payload.as_slice()) else { continue };
-                let Some(task_id) = crate::stream::task_of(&event) else { continue };
+                let Some(task_id) = task_of(&event) else { continue };
                 run_events::Entity::update_many()
                     .col_expr(run_events::Column::TaskId, sea_orm::sea_query::Expr::value(task_id.to_owned()))
                     .filter(run_events::Column::RunId.eq(run_id.as_str()))
@@ -452,6 +458,54 @@ impl MigrationTrait for SqlAggregates {
             db.execute_unprepared(&format!("ALTER TABLE runs DROP COLUMN {column}")).await?;
         }
         Ok(())
+    }
+}
+
+/// The run-row columns that mirror a run's usage, as m0010 fills them in (frozen copy of what
+/// `crate::usage::columns` was then).
+fn usage_columns(usage: &antler_proto::runs::RunUsage) -> Vec<(super::entity::runs::Column, sea_orm::Value)> {
+    use super::entity::runs::Column;
+    let int = |value: u64| <i64 as TryFrom<u64>>::try_from(value).unwrap_or(i64::MAX);
+    let by_model: serde_json::Map<String, serde_json::Value> = usage
+        .by_model
+        .iter()
+        .map(|(model, per)| {
+            let u = per.usage.unwrap_or_default();
+            let counts = serde_json::json!({
+                "input_tokens": u.input_tokens,
+                "output_tokens": u.output_tokens,
+                "total_tokens": u.total_tokens,
+                "cache_read_tokens": u.cache_read_tokens,
+                "reasoning_tokens": u.reasoning_tokens,
+                "llm_calls": per.llm_calls,
+            });
+            (model.clone(), counts)
+        })
+        .collect();
+    vec![
+        (Column::UsageInputTokens, int(usage.input_tokens).into()),
+        (Column::UsageOutputTokens, int(usage.output_tokens).into()),
+        (Column::UsageTotalTokens, int(usage.total_tokens).into()),
+        (Column::UsageCacheReadTokens, int(usage.cache_read_tokens).into()),
+        (Column::UsageReasoningTokens, int(usage.reasoning_tokens).into()),
+        (Column::UsageLlmCalls, int(usage.llm_calls).into()),
+        (Column::UsageLeadAgentTokens, int(usage.lead_agent_tokens).into()),
+        (Column::UsageSubagentTokens, int(usage.subagent_tokens).into()),
+        (Column::UsageMiddlewareTokens, int(usage.middleware_tokens).into()),
+        (Column::UsageByModel, serde_json::Value::Object(by_model).to_string().into()),
+    ]
+}
+
+/// The subagent task an event belongs to, as m0010 fills in `run_events.task_id` (frozen copy of
+/// what `crate::stream::task_of` was then): its RunEvent.task_id, or a SUBAGENT event's own task_id.
+fn task_of(event: &antler_proto::runs::RunEvent) -> Option<&str> {
+    use antler_proto::runs::run_event::Kind;
+    if !event.task_id.is_empty() {
+        return Some(&event.task_id);
+    }
+    match &event.kind {
+        Some(Kind::Subagent(subagent)) if !subagent.task_id.is_empty() => Some(&subagent.task_id),
+        _ => None,
     }
 }
 

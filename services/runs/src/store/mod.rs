@@ -144,6 +144,26 @@ where
     Ok(())
 }
 
+/// A statement written with `?` placeholders, numbered `$1…` for PostgreSQL.
+pub fn statement(backend: DbBackend, sql: &str, values: Vec<sea_orm::Value>) -> sea_orm::Statement {
+    let sql = if backend == DbBackend::Postgres {
+        let mut numbered = String::with_capacity(sql.len() + 8);
+        let mut n = 0;
+        for c in sql.chars() {
+            if c == '?' {
+                n += 1;
+                numbered.push_str(&format!("${n}"));
+            } else {
+                numbered.push(c);
+            }
+        }
+        numbered
+    } else {
+        sql.to_owned()
+    };
+    sea_orm::Statement::from_sql_and_values(backend, sql, values)
+}
+
 /// Counts every statement `db` executes in `antler_runs_db_statements_total`: what the database is
 /// asked, seen from this replica (the wake-ups are judged by it: idle subscribers must add nothing).
 fn count_statements(db: &mut DatabaseConnection) {

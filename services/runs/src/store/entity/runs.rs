@@ -3,6 +3,8 @@
 
 use sea_orm::entity::prelude::*;
 
+use crate::status::Status;
+
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "runs")]
 pub struct Model {
@@ -10,8 +12,8 @@ pub struct Model {
     pub run_id: String,
     pub user_id: String,
     pub thread_id: String,
-    /// pending | running | finalizing | success | error | interrupted | timeout
-    pub status: String,
+    /// Stored as text: pending | running | finalizing | success | error | interrupted | timeout.
+    pub status: Status,
     /// An ENQUEUE run waiting behind the thread's active run.
     pub queued: bool,
     pub attempt: i32,
@@ -35,7 +37,7 @@ pub struct Model {
     pub error_code: Option<String>,
     pub error_message: Option<String>,
     /// Status the run ends with once FINALIZING completes (lets a successor finish a crashed finalize).
-    pub final_status: Option<String>,
+    pub final_status: Option<Status>,
     /// RunUsage, protobuf-encoded.
     pub usage: Vec<u8>,
     /// DeliveryReceipt, protobuf-encoded, written once in FINALIZING.
@@ -63,6 +65,19 @@ pub struct Model {
     /// cache_read_tokens, reasoning_tokens, llm_calls}.
     pub usage_by_model: String,
 }
+
+/// The numeric usage columns (`usage_*` above), for the SQL that sums them.
+pub const USAGE_COLUMNS: [&str; 9] = [
+    "usage_input_tokens",
+    "usage_output_tokens",
+    "usage_total_tokens",
+    "usage_cache_read_tokens",
+    "usage_reasoning_tokens",
+    "usage_llm_calls",
+    "usage_lead_agent_tokens",
+    "usage_subagent_tokens",
+    "usage_middleware_tokens",
+];
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
 pub enum Relation {}
