@@ -31,6 +31,7 @@ use sha2::{Digest, Sha256};
 use super::Category;
 use super::catalog::{self, EnabledState, SkillEntry};
 use super::install::{self, InstallError, InstallLimits};
+use super::scan::{Decision, Finding, ScanConfig};
 use crate::config::SkillsConfig;
 use crate::error::{Result, SandboxError};
 use crate::ids;
@@ -42,6 +43,7 @@ pub struct Library {
     public_dir: Option<PathBuf>,
     operator_state: PathBuf,
     limits: InstallLimits,
+    scan: ScanConfig,
     max_custom_per_user: u64,
 }
 
@@ -69,6 +71,7 @@ impl Library {
             public_dir,
             operator_state,
             limits: config.install,
+            scan: config.scan.clone(),
             max_custom_per_user: config.max_custom_per_user,
         })
     }
@@ -139,8 +142,8 @@ impl Library {
     }
 
     /// Installs the archive in `archive` as one of the user's custom skills, then refreshes the view.
-    /// Returns the skill and whether it replaced one.
-    pub fn install(&self, user_id: &str, archive: File, replace: bool) -> Result<(Skill, bool)> {
+    /// Returns the skill, whether it replaced one, and the scan's findings (none CRITICAL).
+    pub fn install(&self, user_id: &str, archive: File, replace: bool) -> Result<(Skill, bool, Vec<Finding>)> {
         let _lock = self.lock(user_id)?;
         let public: Vec<String> = self
             .public_dir
@@ -153,7 +156,7 @@ impl Library {
         let custom_dir = self.custom_dir(user_id);
         let existing = catalog::scan(&custom_dir, Category::Custom, &EnabledState::default());
         let max = self.max_custom_per_user;
-        let meta = install::install_from(std::io::BufReader::new(archive), &custom_dir, &self.limits, replace, |meta| {
+        let installed = install::install_from(std::io::BufReader::new(archive), &custom_dir, &self.limits, &self.scan, replace, |meta| {
             if public.contains(&meta.name) {
                 return Err(InstallError::AlreadyExists(meta.name.clone()));
             }
@@ -166,8 +169,15 @@ impl Library {
             }
             Ok(())
         })
+        .inspect(|installed| self.count_decision(Decision::of(&installed.findings)))
         .map_err(|e| match e {
             InstallError::Refused(message) => SandboxError::invalid("archive", message),
+            InstallError::Blocked(findings) => {
+                self.count_decision(Decision::Block);
+                let rules: Vec<&str> = findings.iter().map(|f| f.rule.id).collect();
+                tracing::warn!(user_id, ?rules, "skill install blocked by the scan");
+                SandboxError::invalid("archive", InstallError::Blocked(findings))
+            }
             InstallError::AlreadyExists(name) if public.contains(&name) => {
                 SandboxError::FailedPrecondition(format!("a public skill is named {name:?}; a custom skill cannot take its name"))
             }
@@ -180,10 +190,18 @@ impl Library {
                 SandboxError::Unavailable("the skill could not be written to the host's disk".to_owned())
             }
         })?;
+        let meta = &installed.meta;
         let replaced = existing.iter().any(|s| s.dir_name == meta.name);
-        tracing::info!(skill = %meta.name, replaced, "custom skill installed");
+        tracing::info!(skill = %meta.name, replaced, findings = installed.findings.len(), "custom skill installed");
         self.refresh_locked(user_id)?;
-        Ok((self.get(user_id, &meta.name)?, replaced))
+        Ok((self.get(user_id, &meta.name)?, replaced, installed.findings))
+    }
+
+    /// Counts one scan decision (nothing when the scan is off: nothing was decided).
+    fn count_decision(&self, decision: Decision) {
+        if self.scan.enabled {
+            metrics::counter!("antler_sandbox_skill_scan_decisions_total", "decision" => decision.label()).increment(1);
+        }
     }
 
     /// Enables or disables a skill for this user (public or custom), then refreshes the view.
