@@ -128,11 +128,14 @@ struct Planned {
 /// Installs the archive `bytes` into `custom_dir/<name>` under the default scan and returns the skill's
 /// metadata.
 pub fn install_archive(bytes: &[u8], custom_dir: &Path, limits: &InstallLimits, replace: bool) -> Result<SkillMeta, InstallError> {
-    install_from(std::io::Cursor::new(bytes), custom_dir, limits, &ScanConfig::default(), replace, |_| Ok(())).map(|i| i.meta)
+    install_from(std::io::Cursor::new(bytes), custom_dir, limits, &ScanConfig::default(), None, replace, |_| Ok(())).map(|i| i.meta)
 }
 
+/// What the LLM moderation pass adds to the findings of a staged skill (given its root).
+pub type Moderate<'a> = &'a dyn Fn(&Path) -> Vec<Finding>;
+
 /// [`install_archive`] from any seekable reader (InstallSkill spools the upload to a file), under the
-/// scan `scan`. `check` sees the validated metadata before the skill is moved into place and may refuse
+/// scan `scan` and, when the static scan passed, `moderate`. `check` sees the validated metadata before the skill is moved into place and may refuse
 /// it (a name taken by a public skill, too many custom skills); the staging directory is then removed
 /// like on any refusal.
 pub fn install_from<R: Read + std::io::Seek>(
@@ -140,6 +143,7 @@ pub fn install_from<R: Read + std::io::Seek>(
     custom_dir: &Path,
     limits: &InstallLimits,
     scan: &ScanConfig,
+    moderate: Option<Moderate<'_>>,
     replace: bool,
     check: impl FnOnce(&SkillMeta) -> Result<(), InstallError>,
 ) -> Result<Installed, InstallError> {
@@ -216,9 +220,16 @@ pub fn install_from<R: Read + std::io::Seek>(
         .and_then(|()| validate(&staging))
         .and_then(|meta| {
             // Before `check` and the move: a refused skill never touches the user's skills.
-            let findings = scanner.scan_dir(&staging).map_err(|e| InstallError::Io(format!("cannot scan the staged skill: {e}")))?;
+            let mut findings = scanner.scan_dir(&staging).map_err(|e| InstallError::Io(format!("cannot scan the staged skill: {e}")))?;
             if Decision::of(&findings) == Decision::Block {
                 return Err(InstallError::Blocked(findings));
+            }
+            // The model only sees skills the fixed rules let through: no tokens spent on the obvious.
+            if let Some(moderate) = moderate {
+                findings.extend(moderate(&staging));
+                if Decision::of(&findings) == Decision::Block {
+                    return Err(InstallError::Blocked(findings));
+                }
             }
             Ok(Installed { meta, findings })
         })

@@ -17,6 +17,7 @@ pub mod catalog;
 pub mod frontmatter;
 pub mod install;
 pub mod library;
+pub mod moderation;
 pub mod scan;
 
 /// Where a skill comes from; also its directory under `/mnt/skills`.

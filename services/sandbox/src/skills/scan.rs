@@ -88,6 +88,12 @@ pub const RULES: &[Rule] = &[
         "an HTML comment in SKILL.md addressing the agent: invisible when rendered, read by the model",
     ),
     rule("injection.invisible_text", Warning, "zero-width or bidirectional-override characters hide text from a human reviewer"),
+    // The LLM moderation pass (moderation.rs), when sandbox.skills.moderation.model_name is set.
+    rule("moderation.block", Critical, "the moderation model decided block"),
+    rule("moderation.warn_executable", Critical, "the moderation model decided warn, and the skill has executable content"),
+    rule("moderation.warn", Warning, "the moderation model decided warn (no executable content)"),
+    rule("moderation.failed", Critical, "the moderation pass failed and sandbox.skills.moderation.fail_closed is true"),
+    rule("moderation.failed_open", Warning, "the moderation pass failed and sandbox.skills.moderation.fail_closed is false"),
 ];
 
 /// The rule of that id.

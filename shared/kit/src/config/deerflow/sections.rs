@@ -545,13 +545,19 @@ fn skill_evolution(ctx: &mut Ctx, value: Value) -> Result<(), ConfigError> {
     let mut reader = Reader::new("skill_evolution", value, ctx.lookup)?;
     let mut targets = Vec::new();
     put(ctx, &mut targets, "runs.lead.skill_evolution.enabled", reader.bool("enabled")?.map(Value::from), "skill_evolution.enabled");
-    ctx.line(Line::applied("skill_evolution", Some("the lead agent's skill_manage tool".to_owned()), &targets));
-    leftovers(ctx, &reader, &|key| match key {
-        "moderation_model_name" | "security_fail_closed" => {
-            Some("Antler has no LLM moderation pass of skills yet; the static skill scan alone decides, and blocks on CRITICAL")
-        }
-        _ => None,
-    });
+    // null: no moderation pass, as Antler's empty model_name.
+    if reader.has("moderation_model_name") {
+        let model = reader.string("moderation_model_name")?.unwrap_or_default();
+        put(ctx, &mut targets, "sandbox.skills.moderation.model_name", Some(Value::from(model)), "skill_evolution.moderation_model_name");
+    }
+    let fail_closed = reader.bool("security_fail_closed")?.map(Value::from);
+    put(ctx, &mut targets, "sandbox.skills.moderation.fail_closed", fail_closed, "skill_evolution.security_fail_closed");
+    ctx.line(Line::applied(
+        "skill_evolution",
+        Some("the lead agent's skill_manage tool and the skills' moderation pass".to_owned()),
+        &targets,
+    ));
+    leftovers(ctx, &reader, &no_reason);
     Ok(())
 }
 

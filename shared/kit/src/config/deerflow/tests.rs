@@ -220,6 +220,8 @@ fn skill_scan_and_skill_evolution_map_onto_the_sandbox_scan_and_skill_manage() -
     assert_eq!(at(&section(&config, "sandbox"), "skills.scan.enabled").as_bool(), Some(false));
     assert_eq!(at(&section(&config, "runs"), "lead.skill_evolution.enabled").as_bool(), Some(true));
     assert!(has_line(&config, "applied: skill_scan"), "{:#?}", lines(&config));
-    assert!(has_line(&config, "accepted, not applied: skill_evolution.moderation_model_name ("), "{:#?}", lines(&config));
+    assert_eq!(at(&section(&config, "sandbox"), "skills.moderation.model_name").as_str(), Some("gpt"));
+    assert_eq!(at(&section(&config, "sandbox"), "skills.moderation.fail_closed").as_bool(), Some(true));
+    assert!(!has_line(&config, "accepted, not applied: skill_evolution"), "{:#?}", lines(&config));
     Ok(())
 }
