@@ -108,3 +108,44 @@ async fn skill_manage_is_off_by_default() -> Result<()> {
     ensure!(!tools.is_empty() && !tools.iter().any(|t| t == "skill_manage"), "{tools:?}");
     Ok(())
 }
+
+/// With a moderation model (`sandbox.skills.moderation.model_name`) the agent's skills pass it too: its
+/// warning comes back in the tool result, and the same warning refuses a skill that ships a script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skill_manage_goes_through_the_moderation_pass() -> Result<()> {
+    let plain = "---\nname: tidy-notes\ndescription: Tidy notes.\n---\n# Tidy notes\nSort the lines.\n";
+    let scripted = "---\nname: tidy-script\ndescription: Tidy with a script.\n---\n# Tidy\nRun scripts/tidy.py.\n";
+    let double = LlmDouble::start(
+        vec![
+            Turn::tools(
+                "Saving.",
+                vec![
+                    call("m1", "skill_manage", json!({"description": "save", "action": "create", "name": "tidy-notes", "content": plain})),
+                    call(
+                        "m2",
+                        "skill_manage",
+                        json!({"description": "save", "action": "create", "name": "tidy-script", "content": scripted,
+                               "files": {"scripts/tidy.py": "import sys\nprint(sorted(sys.stdin))\n"}}),
+                    ),
+                ],
+            ),
+            Turn::text("Saved."),
+        ],
+        AfterLast::Refuse,
+    )
+    .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    let moderator = "  - name: moderator\n    provider: replay\n    replay:\n      after_last: repeat_last\n      turns:\n        - {text: '{\"decision\": \"warn\", \"reason\": \"rewrites the user files\"}'}\n";
+    let models = format!("  skills:\n    moderation:\n      model_name: moderator\n{}{moderator}", double.models_yaml());
+    let up = start_agent_up(&db, &models, "  lead:\n    skill_evolution:\n      enabled: true\n", None)?;
+    let (mut runs, _) = clients(&up).await?;
+    let run = runs.create_run(authed(prompt_request("", "Save both."), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    ensure!(run.status() == RunStatus::Success, "{:?}\n{}", run.error, up.stderr());
+    let results = double.requests()[1]["messages"].to_string();
+    ensure!(results.contains("Skill `tidy-notes` created") && results.contains("WARNING moderation.warn at ."), "{results}");
+    ensure!(results.contains("rewrites the user files"), "{results}");
+    ensure!(results.contains("CRITICAL moderation.warn_executable at ."), "the scripted skill is refused: {results}");
+    ensure!(!results.contains("Skill `tidy-script` created"), "{results}");
+    Ok(())
+}

@@ -234,6 +234,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn it_is_journalled_like_every_side_effect() {
+        // ExecuteTool journals exactly the tools that say so: a resumed run must not write a skill twice.
+        assert!(SkillManage.side_effect());
+    }
+
+    #[test]
     fn the_frontmatter_name_must_match() {
         let md = "---\nname: csv-report\ndescription: d\n---\n# x\n";
         assert_eq!(name_mismatch("csv-report", md), None);
