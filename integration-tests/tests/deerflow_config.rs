@@ -103,6 +103,8 @@ const APPLIED: &[&str] = &[
     "sandbox",
     "subagents",
     "skills",
+    "skill_scan",
+    "skill_evolution",
     "title",
     "summarization",
     "memory",
@@ -122,9 +124,7 @@ const NOT_APPLIED: &[&str] = &[
     "tool_progress",
     "read_before_write",
     "acp_agents",
-    "skill_scan",
     "agents_api",
-    "skill_evolution",
     "checkpointer",
     "dedupe_storage",
     "run_events",
@@ -159,7 +159,7 @@ async fn antler_up_applies_or_lists_every_deerflow_section_once_and_config_check
     let lines = logged_lines(&stderr);
     let summaries: Vec<&str> = stderr.lines().filter(|l| l.contains("DeerFlow config.yaml (config_version 34)")).collect();
     assert_eq!(summaries.len(), 1, "the mapping is logged once: {summaries:#?}");
-    assert!(summaries[0].contains("23 sections applied, 23 accepted but not applied"), "{}", summaries[0]);
+    assert!(summaries[0].contains("25 sections applied, 21 accepted but not applied"), "{}", summaries[0]);
 
     for section in APPLIED {
         let found = about(&lines, section);
@@ -218,7 +218,7 @@ async fn antler_up_applies_or_lists_every_deerflow_section_once_and_config_check
     let printed: Vec<String> = stdout.lines().filter_map(|l| l.strip_prefix("#   ")).map(str::to_owned).collect();
     assert_eq!(printed, lines, "config check and start-up list the same mapping");
     assert!(
-        stdout.starts_with("# DeerFlow config.yaml (config_version 34): 23 sections applied, 23 accepted but not applied\n"),
+        stdout.starts_with("# DeerFlow config.yaml (config_version 34): 25 sections applied, 21 accepted but not applied\n"),
         "{stdout}"
     );
     // The translated file, resolved: DeerFlow's values under Antler's names.

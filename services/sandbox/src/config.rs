@@ -119,6 +119,11 @@ pub struct SkillsConfig {
     pub max_archive_bytes: u64,
     /// Limits on the archive's content.
     pub install: crate::skills::install::InstallLimits,
+    /// The static scan every skill passes before it is installed (DeerFlow's `skill_scan`).
+    pub scan: crate::skills::scan::ScanConfig,
+    /// The LLM moderation pass after the scan (DeerFlow's `moderation_model_name`,
+    /// `security_fail_closed`); off while `model_name` is empty.
+    pub moderation: crate::skills::moderation::ModerationConfig,
 }
 
 impl Default for SkillsConfig {
@@ -129,6 +134,8 @@ impl Default for SkillsConfig {
             max_custom_per_user: 100,
             max_archive_bytes: 512 * MIB,
             install: crate::skills::install::InstallLimits::default(),
+            scan: crate::skills::scan::ScanConfig::default(),
+            moderation: crate::skills::moderation::ModerationConfig::default(),
         }
     }
 }
@@ -434,6 +441,14 @@ impl SandboxConfig {
         check_range("sandbox.skills.install.max_entries", s.install.max_entries, 1, 1_000_000)?;
         check_range("sandbox.skills.install.max_file_bytes", s.install.max_file_bytes, 1, 64 * GIB)?;
         check_range("sandbox.skills.install.max_total_bytes", s.install.max_total_bytes, s.install.max_file_bytes, 256 * GIB)?;
+        check_range("sandbox.skills.moderation.timeout_secs", s.moderation.timeout_secs, 1, 3600)?;
+        check_range("sandbox.skills.moderation.max_input_chars", s.moderation.max_input_chars, 1000, 10_000_000)?;
+        if let Some(id) = s.scan.unknown_rule() {
+            return Err(ConfigError::Invalid {
+                path: "sandbox.skills.scan.disabled_rules".to_owned(),
+                message: format!("`{id}` is not a rule of the skill scan (the rules are listed in the sandbox README)"),
+            });
+        }
         if s.extensions_config.as_os_str().is_empty() {
             return Err(ConfigError::Invalid {
                 path: "sandbox.skills.extensions_config".to_owned(),
@@ -552,7 +567,12 @@ pub fn load(config: &Config) -> Result<SandboxConfig, ConfigError> {
 
 /// Parses and checks the `sandbox` section (the [`antler_kit::cli::Registration`] hook).
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
-    load(config).map(|_| ())
+    let sandbox = load(config)?;
+    if sandbox.skills.moderation.model_name.is_empty() {
+        return Ok(());
+    }
+    // Moderation runs on the sandbox's own account: no caller token to forward.
+    config.require_service_token("sandbox", "models", "to moderate skills (sandbox.skills.moderation.model_name)")
 }
 
 #[cfg(test)]
@@ -584,6 +604,24 @@ mod tests {
         assert_eq!((c.uploads.convert.timeout_secs, c.uploads.convert.max_input_bytes), (60, 50 * MIB));
         assert!(!c.bwrap.network);
         assert_eq!(c.seccomp, SeccompMode::Strict);
+        Ok(())
+    }
+
+    #[test]
+    fn the_skill_scan_is_on_by_default_and_an_unknown_disabled_rule_is_refused() -> Result<(), ConfigError> {
+        let c = parse("")?;
+        assert!(c.skills.scan.enabled && c.skills.scan.disabled_rules.is_empty());
+        let m = &c.skills.moderation;
+        assert!(m.model_name.is_empty() && m.fail_closed && m.timeout_secs == 20 && m.max_input_chars == 200_000);
+        let text = parse("sandbox:\n  skills:\n    moderation:\n      timeout_secs: 0\n").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("sandbox.skills.moderation.timeout_secs"), "{text}");
+        let c = parse("sandbox:\n  skills:\n    scan:\n      enabled: false\n      disabled_rules: [secret.api_key]\n")?;
+        assert!(!c.skills.scan.enabled);
+        let text = parse("sandbox:\n  skills:\n    scan:\n      disabled_rules: [secret.apikey]\n")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(text.contains("sandbox.skills.scan.disabled_rules") && text.contains("secret.apikey"), "{text}");
         Ok(())
     }
 

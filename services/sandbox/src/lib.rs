@@ -49,6 +49,10 @@ fn register<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFut
         let sandboxes = tokio::task::spawn_blocking(move || build(&config, shutdown)).await.map_err(|e| e.to_string())??;
         sandboxes.spawn_background(ctx.shutdown.clone());
         set.describe(antler_proto::FILE_DESCRIPTOR_SET);
+        sandboxes.skills().set_moderator(skills::moderation::Moderator {
+            config: sandboxes.config().skills.moderation.clone(),
+            clients: ctx.clients.clone(),
+        });
         let skills = skills::api::SkillApi::new(sandboxes.skills().clone(), sandboxes.config());
         antler_kit::add_service!(set, sandbox_service_server::SandboxServiceServer::new(api::SandboxApi::new(sandboxes)));
         antler_kit::add_service!(set, skill_service_server::SkillServiceServer::new(skills));

@@ -52,6 +52,11 @@ pub const CATALOGUE: Catalogue = &[
         "Time one document conversion took (the converter process, start to exit), by format.",
     )
     .labels(&[FORMAT]),
+    Family::counter(
+        "antler_sandbox_skill_scan_decisions_total",
+        "Skills the static skill scan decided on (InstallSkill, the agent's skill_manage included): allow, warn (installed with WARNING findings) or block (a CRITICAL finding refused it).",
+    )
+    .labels(&[Label::known("decision", &["allow", "warn", "block"])]),
     Family::counter("antler_sandbox_fenced_calls_total", "Calls refused because a higher attempt of their run took over."),
     Family::counter("antler_sandbox_resolve_fallbacks_total", "Paths resolved in user space after openat2 kept answering EAGAIN."),
     Family::gauge(

@@ -14,6 +14,8 @@ pub struct LeadConfig {
     pub middlewares: MiddlewaresConfig,
     pub mcp: McpToolsConfig,
     pub skills: SkillsConfig,
+    /// DeerFlow's `skill_evolution`: the `skill_manage` tool.
+    pub skill_evolution: SkillEvolutionConfig,
     pub summarization: SummarizationConfig,
     pub token_budget: TokenBudgetConfig,
     pub memory: MemoryConfig,
@@ -182,6 +184,16 @@ impl Default for SkillsConfig {
     fn default() -> Self {
         Self { enabled: true }
     }
+}
+
+/// `runs.lead.skill_evolution` (DeerFlow's `skill_evolution`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SkillEvolutionConfig {
+    /// Give the lead agent the `skill_manage` tool: create, update and delete the run user's custom
+    /// skills through the sandbox's SkillService (the same archive checks and skill scan as an upload).
+    /// Off by default, as in DeerFlow: a skill outlives the run that wrote it and steers later ones.
+    pub enabled: bool,
 }
 
 /// Switching built-in layers off.

@@ -124,6 +124,9 @@ impl AgentFactory for LeadFactory {
         } else if self.delegates(spec) {
             tools.extend([Arc::new(tools::task::Task::new(self.config.subagents.registry())) as Arc<dyn tools::Tool>]);
         }
+        if self.config.skill_evolution.enabled {
+            tools.extend([Arc::new(tools::skill_manage::SkillManage) as Arc<dyn tools::Tool>]);
+        }
         if builtin_prompt && (tools.get("web_search").is_some() || tools.get("web_fetch").is_some()) {
             base.push_str(prompt::WEB_RESEARCH);
         }

@@ -126,6 +126,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             let skill = reply.skill.unwrap_or_default();
             outln!("{} {}", if reply.replaced { "replaced" } else { "installed" }, style.bold(&skill.name))?;
             outln!("{}", line(style, &skill))?;
+            // The skill scan's WARNING and INFO findings (CRITICAL ones refuse the install).
+            for f in &reply.findings {
+                let at = if f.line > 0 { format!("{}:{}", f.file, f.line) } else { f.file.clone() };
+                let severity = f.severity().as_str_name().trim_start_matches("SKILL_FINDING_SEVERITY_").to_owned();
+                outln!("  {} {} at {at}: {} ({:?})", style.bold(&severity), f.rule_id, f.reason, f.evidence)?;
+            }
         }
         Command::Enable { name } => set(&mut client, &conn, style, name, true).await?,
         Command::Disable { name } => set(&mut client, &conn, style, name, false).await?,

@@ -196,5 +196,14 @@ pub async fn install(
         "skill_name": skill.name,
         "message": format!("Skill '{}' installed successfully", skill.name),
         "skill": Value::Object(skill_json(&skill)),
+        // The skill scan's WARNING and INFO findings (an Antler addition; CRITICAL ones refuse the install).
+        "findings": reply.findings.iter().map(|f| json!({
+            "rule_id": f.rule_id,
+            "severity": f.severity().as_str_name().trim_start_matches("SKILL_FINDING_SEVERITY_"),
+            "file": f.file,
+            "line": f.line,
+            "evidence": f.evidence,
+            "reason": f.reason,
+        })).collect::<Vec<_>>(),
     })))
 }

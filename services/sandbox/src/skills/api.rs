@@ -68,6 +68,24 @@ pub fn to_proto(skill: &library::Skill) -> Skill {
     }
 }
 
+/// The proto form of a scan finding.
+pub fn finding_to_proto(finding: &super::scan::Finding) -> SkillFinding {
+    use super::scan::Severity;
+    let severity = match finding.rule.severity {
+        Severity::Info => SkillFindingSeverity::Info,
+        Severity::Warning => SkillFindingSeverity::Warning,
+        Severity::Critical => SkillFindingSeverity::Critical,
+    };
+    SkillFinding {
+        rule_id: finding.rule.id.to_owned(),
+        severity: severity as i32,
+        file: finding.file.clone(),
+        line: finding.line,
+        evidence: finding.evidence.clone(),
+        reason: finding.rule.reason.to_owned(),
+    }
+}
+
 #[tonic::async_trait]
 impl SkillService for SkillApi {
     async fn list_skills(&self, request: Request<ListSkillsRequest>) -> Result<Response<ListSkillsResponse>, Status> {
@@ -133,13 +151,14 @@ impl SkillService for SkillApi {
             return Err(SandboxError::invalid("chunk", "the archive is empty").into());
         }
         let library = self.library.clone();
-        let (skill, replaced) = blocking(move || {
+        let (skill, replaced, findings) = blocking(move || {
             use std::io::Seek;
             file.rewind().map_err(|e| SandboxError::Unavailable(format!("cannot read the staged archive ({})", e.kind())))?;
             library.install(&user, file, header.replace)
         })
         .await?;
-        Ok(Response::new(InstallSkillResponse { skill: Some(to_proto(&skill)), replaced }))
+        let findings = findings.iter().map(finding_to_proto).collect();
+        Ok(Response::new(InstallSkillResponse { skill: Some(to_proto(&skill)), replaced, findings }))
     }
 
     async fn set_skill_enabled(&self, request: Request<SetSkillEnabledRequest>) -> Result<Response<SetSkillEnabledResponse>, Status> {

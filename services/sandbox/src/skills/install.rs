@@ -7,13 +7,15 @@
 //! files are then extracted into a staging directory next to the destination, counting the real
 //! decompressed bytes against `max_file_bytes` and `max_total_bytes` (a zip bomb that lies about its
 //! sizes is caught there), refusing native executables by their first bytes (ELF, PE, Mach-O 32/64/fat,
-//! both byte orders). The staged skill is validated (`SKILL.md` frontmatter) and renamed into place in
-//! one step. On any refusal the staging directory is removed: nothing is left behind.
+//! both byte orders). The staged skill is validated (`SKILL.md` frontmatter), scanned (see [`super::scan`]:
+//! a CRITICAL finding refuses it) and renamed into place in one step. On any refusal the staging
+//! directory is removed: nothing is left behind.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::frontmatter::{self, SkillMeta};
+use super::scan::{Decision, Finding, ScanConfig, Scanner};
 
 /// Limits of one install (`sandbox.skills.install` in `antler.yaml`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -42,12 +44,38 @@ pub enum InstallError {
     /// A skill of that name exists and replace was not asked (ALREADY_EXISTS).
     #[error("skill {0:?} already exists\nhint: ask for replace to overwrite it")]
     AlreadyExists(String),
+    /// The scan found something CRITICAL (INVALID_ARGUMENT); every finding is kept, the critical ones
+    /// first.
+    #[error("{}", blocked_message(.0))]
+    Blocked(Vec<Finding>),
     /// A count limit was hit (RESOURCE_EXHAUSTED); the message names it.
     #[error("{0}")]
     Exhausted(String),
     /// The host failed while writing (INTERNAL / UNAVAILABLE).
     #[error("cannot install the skill: {0}")]
     Io(String),
+}
+
+/// Most findings a refusal message lists (the rest are counted).
+const MAX_LISTED: usize = 10;
+
+fn blocked_message(findings: &[Finding]) -> String {
+    let mut sorted: Vec<&Finding> = findings.iter().collect();
+    sorted.sort_by_key(|f| std::cmp::Reverse(f.rule.severity));
+    let listed: Vec<String> = sorted.iter().take(MAX_LISTED).map(|f| f.to_string()).collect();
+    let more = sorted.len().saturating_sub(MAX_LISTED);
+    let tail = if more > 0 { format!("; and {more} more") } else { String::new() };
+    format!(
+        "refused by the skill scan (sandbox.skills.scan): {}{tail}\nhint: remove what the CRITICAL findings name and install again",
+        listed.join("; ")
+    )
+}
+
+/// A skill that was installed, with what the scan found (no CRITICAL finding: those refuse).
+#[derive(Debug)]
+pub struct Installed {
+    pub meta: SkillMeta,
+    pub findings: Vec<Finding>,
 }
 
 fn refused(message: impl Into<String>) -> InstallError {
@@ -97,21 +125,28 @@ struct Planned {
     shown: String,
 }
 
-/// Installs the archive `bytes` into `custom_dir/<name>` and returns the skill's metadata.
+/// Installs the archive `bytes` into `custom_dir/<name>` under the default scan and returns the skill's
+/// metadata.
 pub fn install_archive(bytes: &[u8], custom_dir: &Path, limits: &InstallLimits, replace: bool) -> Result<SkillMeta, InstallError> {
-    install_from(std::io::Cursor::new(bytes), custom_dir, limits, replace, |_| Ok(()))
+    install_from(std::io::Cursor::new(bytes), custom_dir, limits, &ScanConfig::default(), None, replace, |_| Ok(())).map(|i| i.meta)
 }
 
-/// [`install_archive`] from any seekable reader (InstallSkill spools the upload to a file). `check` sees
-/// the validated metadata before the skill is moved into place and may refuse it (a name taken by a
-/// public skill, too many custom skills); the staging directory is then removed like on any refusal.
+/// What the LLM moderation pass adds to the findings of a staged skill (given its root).
+pub type Moderate<'a> = &'a dyn Fn(&Path) -> Vec<Finding>;
+
+/// [`install_archive`] from any seekable reader (InstallSkill spools the upload to a file), under the
+/// scan `scan` and, when the static scan passed, `moderate`. `check` sees the validated metadata before the skill is moved into place and may refuse
+/// it (a name taken by a public skill, too many custom skills); the staging directory is then removed
+/// like on any refusal.
 pub fn install_from<R: Read + std::io::Seek>(
     reader: R,
     custom_dir: &Path,
     limits: &InstallLimits,
+    scan: &ScanConfig,
+    moderate: Option<Moderate<'_>>,
     replace: bool,
     check: impl FnOnce(&SkillMeta) -> Result<(), InstallError>,
-) -> Result<SkillMeta, InstallError> {
+) -> Result<Installed, InstallError> {
     let mut archive = zip::ZipArchive::new(reader).map_err(|e| refused(format!("not a valid .skill (zip) archive: {e}")))?;
     if archive.len() as u64 > limits.max_entries {
         return Err(refused(format!(
@@ -180,10 +215,26 @@ pub fn install_from<R: Read + std::io::Seek>(
     std::fs::create_dir_all(custom_dir).map_err(|e| InstallError::Io(e.to_string()))?;
     let staging = custom_dir.join(format!(".staging-{:016x}", fastrand::u64(..)));
     std::fs::create_dir(&staging).map_err(|e| InstallError::Io(e.to_string()))?;
+    let scanner = Scanner::new(scan.clone(), *limits);
     let result = extract(&mut archive, &planned, &staging, limits)
         .and_then(|()| validate(&staging))
-        .and_then(|meta| check(&meta).map(|()| meta))
-        .and_then(|meta| place(&staging, custom_dir, &meta, replace).map(|()| meta));
+        .and_then(|meta| {
+            // Before `check` and the move: a refused skill never touches the user's skills.
+            let mut findings = scanner.scan_dir(&staging).map_err(|e| InstallError::Io(format!("cannot scan the staged skill: {e}")))?;
+            if Decision::of(&findings) == Decision::Block {
+                return Err(InstallError::Blocked(findings));
+            }
+            // The model only sees skills the fixed rules let through: no tokens spent on the obvious.
+            if let Some(moderate) = moderate {
+                findings.extend(moderate(&staging));
+                if Decision::of(&findings) == Decision::Block {
+                    return Err(InstallError::Blocked(findings));
+                }
+            }
+            Ok(Installed { meta, findings })
+        })
+        .and_then(|installed| check(&installed.meta).map(|()| installed))
+        .and_then(|installed| place(&staging, custom_dir, &installed.meta, replace).map(|()| installed));
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }

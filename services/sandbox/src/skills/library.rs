@@ -31,6 +31,7 @@ use sha2::{Digest, Sha256};
 use super::Category;
 use super::catalog::{self, EnabledState, SkillEntry};
 use super::install::{self, InstallError, InstallLimits};
+use super::scan::{Decision, Finding, ScanConfig};
 use crate::config::SkillsConfig;
 use crate::error::{Result, SandboxError};
 use crate::ids;
@@ -42,6 +43,9 @@ pub struct Library {
     public_dir: Option<PathBuf>,
     operator_state: PathBuf,
     limits: InstallLimits,
+    scan: ScanConfig,
+    /// The LLM moderation pass, once the service has its clients (see [`Self::set_moderator`]).
+    moderator: std::sync::OnceLock<super::moderation::Moderator>,
     max_custom_per_user: u64,
 }
 
@@ -69,8 +73,18 @@ impl Library {
             public_dir,
             operator_state,
             limits: config.install,
+            scan: config.scan.clone(),
+            moderator: std::sync::OnceLock::new(),
             max_custom_per_user: config.max_custom_per_user,
         })
+    }
+
+    /// Turns the LLM moderation pass on (when its model is configured); the service calls this once it
+    /// has its clients. Later calls change nothing.
+    pub fn set_moderator(&self, moderator: super::moderation::Moderator) {
+        if !moderator.config.model_name.is_empty() {
+            let _ = self.moderator.set(moderator);
+        }
     }
 
     /// Where the public skills come from (None: there are none).
@@ -139,8 +153,8 @@ impl Library {
     }
 
     /// Installs the archive in `archive` as one of the user's custom skills, then refreshes the view.
-    /// Returns the skill and whether it replaced one.
-    pub fn install(&self, user_id: &str, archive: File, replace: bool) -> Result<(Skill, bool)> {
+    /// Returns the skill, whether it replaced one, and the scan's findings (none CRITICAL).
+    pub fn install(&self, user_id: &str, archive: File, replace: bool) -> Result<(Skill, bool, Vec<Finding>)> {
         let _lock = self.lock(user_id)?;
         let public: Vec<String> = self
             .public_dir
@@ -153,37 +167,55 @@ impl Library {
         let custom_dir = self.custom_dir(user_id);
         let existing = catalog::scan(&custom_dir, Category::Custom, &EnabledState::default());
         let max = self.max_custom_per_user;
-        let meta = install::install_from(std::io::BufReader::new(archive), &custom_dir, &self.limits, replace, |meta| {
-            if public.contains(&meta.name) {
-                return Err(InstallError::AlreadyExists(meta.name.clone()));
-            }
-            let replacing = existing.iter().any(|s| s.dir_name == meta.name);
-            if !replacing && existing.len() as u64 >= max {
-                return Err(InstallError::Exhausted(format!(
-                    "the user has {} custom skills; the limit is {max} (sandbox.skills.max_custom_per_user)\nhint: delete one first",
-                    existing.len()
-                )));
-            }
-            Ok(())
-        })
-        .map_err(|e| match e {
-            InstallError::Refused(message) => SandboxError::invalid("archive", message),
-            InstallError::AlreadyExists(name) if public.contains(&name) => {
-                SandboxError::FailedPrecondition(format!("a public skill is named {name:?}; a custom skill cannot take its name"))
-            }
-            InstallError::AlreadyExists(name) => SandboxError::FailedPrecondition(format!(
-                "the custom skill {name:?} already exists\nhint: set replace to overwrite it (antler skills install --replace)"
-            )),
-            InstallError::Exhausted(message) => SandboxError::ResourceExhausted(message),
-            InstallError::Io(message) => {
-                tracing::error!(error = %message, "skill install failed on the host");
-                SandboxError::Unavailable("the skill could not be written to the host's disk".to_owned())
-            }
-        })?;
+        let moderate = |root: &Path| self.moderator.get().map(|m| m.moderate_blocking(user_id, root)).unwrap_or_default();
+        let moderate: Option<install::Moderate<'_>> = self.moderator.get().is_some().then_some(&moderate as install::Moderate<'_>);
+        let installed =
+            install::install_from(std::io::BufReader::new(archive), &custom_dir, &self.limits, &self.scan, moderate, replace, |meta| {
+                if public.contains(&meta.name) {
+                    return Err(InstallError::AlreadyExists(meta.name.clone()));
+                }
+                let replacing = existing.iter().any(|s| s.dir_name == meta.name);
+                if !replacing && existing.len() as u64 >= max {
+                    return Err(InstallError::Exhausted(format!(
+                        "the user has {} custom skills; the limit is {max} (sandbox.skills.max_custom_per_user)\nhint: delete one first",
+                        existing.len()
+                    )));
+                }
+                Ok(())
+            })
+            .inspect(|installed| self.count_decision(Decision::of(&installed.findings)))
+            .map_err(|e| match e {
+                InstallError::Refused(message) => SandboxError::invalid("archive", message),
+                InstallError::Blocked(findings) => {
+                    self.count_decision(Decision::Block);
+                    let rules: Vec<&str> = findings.iter().map(|f| f.rule.id).collect();
+                    tracing::warn!(user_id, ?rules, "skill install blocked by the scan");
+                    SandboxError::invalid("archive", InstallError::Blocked(findings))
+                }
+                InstallError::AlreadyExists(name) if public.contains(&name) => {
+                    SandboxError::FailedPrecondition(format!("a public skill is named {name:?}; a custom skill cannot take its name"))
+                }
+                InstallError::AlreadyExists(name) => SandboxError::FailedPrecondition(format!(
+                    "the custom skill {name:?} already exists\nhint: set replace to overwrite it (antler skills install --replace)"
+                )),
+                InstallError::Exhausted(message) => SandboxError::ResourceExhausted(message),
+                InstallError::Io(message) => {
+                    tracing::error!(error = %message, "skill install failed on the host");
+                    SandboxError::Unavailable("the skill could not be written to the host's disk".to_owned())
+                }
+            })?;
+        let meta = &installed.meta;
         let replaced = existing.iter().any(|s| s.dir_name == meta.name);
-        tracing::info!(skill = %meta.name, replaced, "custom skill installed");
+        tracing::info!(skill = %meta.name, replaced, findings = installed.findings.len(), "custom skill installed");
         self.refresh_locked(user_id)?;
-        Ok((self.get(user_id, &meta.name)?, replaced))
+        Ok((self.get(user_id, &meta.name)?, replaced, installed.findings))
+    }
+
+    /// Counts one scan decision (nothing when the scan and moderation are off: nothing was decided).
+    fn count_decision(&self, decision: Decision) {
+        if self.scan.enabled || self.moderator.get().is_some() {
+            metrics::counter!("antler_sandbox_skill_scan_decisions_total", "decision" => decision.label()).increment(1);
+        }
     }
 
     /// Enables or disables a skill for this user (public or custom), then refreshes the view.

@@ -7,7 +7,8 @@
 //!   error (and logged), never treated as loadable.
 //! * The enabled state comes from `extensions_config.json` (`{"skills": {"<name>": {"enabled": false}}}`),
 //!   default enabled, as in DeerFlow.
-//! * [`install::install_archive`] extracts a `.skill` zip safely into a user's custom directory.
+//! * [`install::install_archive`] extracts a `.skill` zip safely into a user's custom directory, after
+//!   [`scan`] found nothing CRITICAL in the staged files.
 //! * [`library::Library`] is what the SkillService and AcquireSandbox use: per-user listing, enabled
 //!   state, install / delete, and the read-only view mounted at `/mnt/skills`.
 
@@ -16,6 +17,8 @@ pub mod catalog;
 pub mod frontmatter;
 pub mod install;
 pub mod library;
+pub mod moderation;
+pub mod scan;
 
 /// Where a skill comes from; also its directory under `/mnt/skills`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,6 +14,7 @@ pub mod ls;
 pub mod mcp;
 pub mod present_files;
 pub mod read_file;
+pub mod skill_manage;
 pub mod str_replace;
 pub mod task;
 pub mod tool_search;

@@ -21,9 +21,7 @@ fn not_applied_reason(section: &str) -> Option<&'static str> {
         "tool_progress" => "Antler has no tool-progress state machine; loop_detection bounds repeated calls",
         "read_before_write" => "Antler's write_file and str_replace do not require an earlier read_file",
         "acp_agents" => "Antler runs no ACP agents; its subagents are configured in runs.lead.subagents",
-        "skill_scan" => "Antler checks skill archives with fixed rules and the limits in sandbox.skills.install",
         "agents_api" => "Antler has no custom-agent management API; subagent types are configured in runs.lead.subagents.custom_agents",
-        "skill_evolution" => "Antler's agents do not write skills",
         "checkpointer" => "Antler checkpoints in the runs database (see the database section)",
         "dedupe_storage" => "webhook dedupe of messaging channels, which Antler does not have",
         "run_events" => "Antler stores every run event in the runs database, always",
@@ -77,6 +75,8 @@ fn translate(ctx: &mut Ctx, name: &str, value: Value) -> Result<(), ConfigError>
         "sandbox" => sandbox(ctx, value),
         "subagents" => subagents(ctx, value),
         "skills" => skills(ctx, value),
+        "skill_scan" => skill_scan(ctx, value),
+        "skill_evolution" => skill_evolution(ctx, value),
         "title" => title(ctx, value),
         "summarization" => summarization(ctx, value),
         "memory" => memory(ctx, value),
@@ -529,6 +529,35 @@ fn skills(ctx: &mut Ctx, value: Value) -> Result<(), ConfigError> {
         "use" => Some("a Python skill-storage class; Antler stores skills in files"),
         _ => None,
     });
+    Ok(())
+}
+
+fn skill_scan(ctx: &mut Ctx, value: Value) -> Result<(), ConfigError> {
+    let mut reader = Reader::new("skill_scan", value, ctx.lookup)?;
+    let mut targets = Vec::new();
+    put(ctx, &mut targets, "sandbox.skills.scan.enabled", reader.bool("enabled")?.map(Value::from), "skill_scan.enabled");
+    ctx.line(Line::applied("skill_scan", Some("the sandbox's static skill scan".to_owned()), &targets));
+    leftovers(ctx, &reader, &|_| Some("Antler's scan limits are the archive limits in sandbox.skills.install"));
+    Ok(())
+}
+
+fn skill_evolution(ctx: &mut Ctx, value: Value) -> Result<(), ConfigError> {
+    let mut reader = Reader::new("skill_evolution", value, ctx.lookup)?;
+    let mut targets = Vec::new();
+    put(ctx, &mut targets, "runs.lead.skill_evolution.enabled", reader.bool("enabled")?.map(Value::from), "skill_evolution.enabled");
+    // null: no moderation pass, as Antler's empty model_name.
+    if reader.has("moderation_model_name") {
+        let model = reader.string("moderation_model_name")?.unwrap_or_default();
+        put(ctx, &mut targets, "sandbox.skills.moderation.model_name", Some(Value::from(model)), "skill_evolution.moderation_model_name");
+    }
+    let fail_closed = reader.bool("security_fail_closed")?.map(Value::from);
+    put(ctx, &mut targets, "sandbox.skills.moderation.fail_closed", fail_closed, "skill_evolution.security_fail_closed");
+    ctx.line(Line::applied(
+        "skill_evolution",
+        Some("the lead agent's skill_manage tool and the skills' moderation pass".to_owned()),
+        &targets,
+    ));
+    leftovers(ctx, &reader, &no_reason);
     Ok(())
 }
 

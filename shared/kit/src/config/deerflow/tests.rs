@@ -211,3 +211,17 @@ fn guardrails_map_only_the_allowlist_provider() -> Result<(), ConfigError> {
     assert_eq!(at(&section(&other, "runs"), "lead.guardrails"), &Value::Null);
     Ok(())
 }
+
+#[test]
+fn skill_scan_and_skill_evolution_map_onto_the_sandbox_scan_and_skill_manage() -> Result<(), ConfigError> {
+    let config = parse(
+        "config_version: 34\nskill_scan: {enabled: false}\nskill_evolution: {enabled: true, moderation_model_name: gpt, security_fail_closed: true}\n",
+    )?;
+    assert_eq!(at(&section(&config, "sandbox"), "skills.scan.enabled").as_bool(), Some(false));
+    assert_eq!(at(&section(&config, "runs"), "lead.skill_evolution.enabled").as_bool(), Some(true));
+    assert!(has_line(&config, "applied: skill_scan"), "{:#?}", lines(&config));
+    assert_eq!(at(&section(&config, "sandbox"), "skills.moderation.model_name").as_str(), Some("gpt"));
+    assert_eq!(at(&section(&config, "sandbox"), "skills.moderation.fail_closed").as_bool(), Some(true));
+    assert!(!has_line(&config, "accepted, not applied: skill_evolution"), "{:#?}", lines(&config));
+    Ok(())
+}
