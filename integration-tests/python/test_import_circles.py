@@ -4,7 +4,7 @@ Each case writes a small crate into a temporary directory and runs the script on
 to fail on the shapes it must catch (a circle through `use crate::…`, through `super::`, through a `use`
 group, through a part of another module) and to pass the shapes Rust code is made of (a module
 declaring and re-exporting its own parts, a part using its parent, paths inside strings, comments and
-`#[cfg(test)]` blocks).
+`#[cfg(test)]` blocks). The last case runs it on this workspace, as CI does.
 """
 
 import pathlib
@@ -87,3 +87,8 @@ def test_what_rust_code_is_made_of_passes(tmp_path):
     )
     result = run(root)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_this_workspace_has_no_circle():
+    result = run()
+    assert result.returncode == 0, result.stdout

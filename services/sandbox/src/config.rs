@@ -118,7 +118,7 @@ pub struct SkillsConfig {
     /// Largest `.skill` archive InstallSkill accepts, in bytes (checked while it streams in).
     pub max_archive_bytes: u64,
     /// Limits on the archive's content.
-    pub install: crate::skills::install::InstallLimits,
+    pub install: crate::skills::limits::InstallLimits,
     /// The static scan every skill passes before it is installed (DeerFlow's `skill_scan`).
     pub scan: crate::skills::scan::ScanConfig,
     /// The LLM moderation pass after the scan (DeerFlow's `moderation_model_name`,
@@ -133,7 +133,7 @@ impl Default for SkillsConfig {
             extensions_config: PathBuf::from("extensions_config.json"),
             max_custom_per_user: 100,
             max_archive_bytes: 512 * MIB,
-            install: crate::skills::install::InstallLimits::default(),
+            install: crate::skills::limits::InstallLimits::default(),
             scan: crate::skills::scan::ScanConfig::default(),
             moderation: crate::skills::moderation::ModerationConfig::default(),
         }

@@ -5,7 +5,8 @@ use std::io::Write;
 use std::path::Path;
 
 use antler_sandbox::skills::catalog::{self, EnabledState};
-use antler_sandbox::skills::install::{InstallError, InstallLimits, install_archive, install_from};
+use antler_sandbox::skills::install::{InstallError, install_archive, install_from};
+use antler_sandbox::skills::limits::InstallLimits;
 use antler_sandbox::skills::scan::{ScanConfig, Severity};
 use zip::write::SimpleFileOptions;
 

@@ -30,7 +30,8 @@ use sha2::{Digest, Sha256};
 
 use super::Category;
 use super::catalog::{self, EnabledState, SkillEntry};
-use super::install::{self, InstallError, InstallLimits};
+use super::install::{self, InstallError};
+use super::limits::InstallLimits;
 use super::scan::{Decision, Finding, ScanConfig};
 use crate::config::SkillsConfig;
 use crate::error::{Result, SandboxError};

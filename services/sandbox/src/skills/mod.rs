@@ -17,6 +17,7 @@ pub mod catalog;
 pub mod frontmatter;
 pub mod install;
 pub mod library;
+pub mod limits;
 pub mod moderation;
 pub mod scan;
 

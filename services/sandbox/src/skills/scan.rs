@@ -18,7 +18,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::install::InstallLimits;
+use super::limits::InstallLimits;
 
 /// How bad a finding is. Ordered: `Info < Warning < Critical`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -450,7 +450,7 @@ pub fn scan_file(rel: &str, bytes: &[u8]) -> Vec<Finding> {
     let mut findings = Vec::new();
     let head = &bytes[..bytes.len().min(HEAD)];
     let lower = rel.to_ascii_lowercase();
-    if let Some(format) = super::install::native_format(head) {
+    if let Some(format) = super::limits::native_format(head) {
         findings.push(finding("archive.native_executable", rel, 0, format));
         return findings;
     }
