@@ -348,7 +348,7 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
             insert_rows(&*tx, std::slice::from_ref(&planned.first), now).await?;
             // Started in the same transaction, through the same compare-and-set as every start: the
             // child is under way one commit sooner (`drive` executes a RUNNING child it admitted).
-            let started = start::start_in(&*tx, engine, std::slice::from_ref(&run_id)).await?.pop();
+            let started = start::start_in(&*tx, &start::Claimant::of(engine), std::slice::from_ref(&run_id)).await?.pop();
             tx.commit().await?;
             Ok::<_, RunsError>(Some((started, announced)))
         })

@@ -264,7 +264,7 @@ async fn conclude(
                 None
             }
             Err(error) => {
-                tracing::error!(run_id = %run.run_id, %error, "finalization failed; the sweeper closes the run after its lease expires");
+                tracing::error!(run_id = %run.run_id, %error, "finalization failed: nothing written; the run is taken over once its lease expires");
                 None
             }
         },
@@ -372,7 +372,13 @@ fn start_agent(
         secret_names: spec.request.secrets.keys().cloned().collect(),
         context: spec.request.config.as_ref().and_then(|c| c.context.clone()),
     };
-    let host = Arc::new(RunHost::inheriting(engine.clone(), ids, local.clone(), inherit));
+    let mut host = RunHost::inheriting(engine.clone(), ids, local.clone(), inherit);
+    if run.attempt == 1 {
+        // Only this attempt writes a first attempt's usage: the admitted row's totals (none) are
+        // the current ones, and the first step's write need not read them back.
+        host = host.with_usage_total(<antler_proto::runs::RunUsage as prost::Message>::decode(run.usage.as_slice()).unwrap_or_default());
+    }
+    let host = Arc::new(host);
     let ctx = AgentContext::new(spec, host.clone(), local.token.clone(), engine.clients.clone());
     Ok((tokio::spawn(agent.run(ctx).instrument(tracing::Span::current())), host))
 }

@@ -3,7 +3,10 @@
 //! worker no longer owns the run.
 
 use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use sea_orm::{ColumnTrait, DatabaseTransaction, EntityTrait, QueryFilter};
 
 use antler_agent::{Effect, Fenced};
 
@@ -11,7 +14,7 @@ use super::RunHost;
 use crate::error::RunsError;
 use crate::status::Status;
 use crate::store::entity::{runs, tool_effects};
-use crate::store::now_ms;
+use crate::store::{Priority, now_ms};
 
 impl RunHost {
     /// What the journal holds for `tool_call_id` of this run.
@@ -33,80 +36,78 @@ impl RunHost {
 
     /// Records that `tool_call_id` is about to run (durable before the call starts).
     pub(super) async fn journal_intent(&self, tool_call_id: &str, tool_name: &str, arguments: &str) -> Result<(), Fenced> {
-        self.journal_write(tool_call_id, |now| {
-            tool_effects::Entity::insert(tool_effects::ActiveModel::from(tool_effects::Model {
-                run_id: self.spec.run_id.clone(),
-                tool_call_id: tool_call_id.to_owned(),
-                tool_name: tool_name.to_owned(),
-                arguments: antler_kit::redact::redact(arguments).into_owned(),
-                attempt: self.spec.attempt as i32,
-                intent_at: now,
-                result: None,
-                is_error: false,
-                result_at: None,
-            }))
-            // An intent written by an earlier attempt stays as it was.
-            .on_conflict_do_nothing_on([tool_effects::Column::RunId, tool_effects::Column::ToolCallId])
-        })
-        .await
+        self.check()?;
+        let row = tool_effects::Model {
+            run_id: self.spec.run_id.clone(),
+            tool_call_id: tool_call_id.to_owned(),
+            tool_name: tool_name.to_owned(),
+            arguments: antler_kit::redact::redact(arguments).into_owned(),
+            attempt: self.spec.attempt as i32,
+            intent_at: 0,
+            result: None,
+            is_error: false,
+            result_at: None,
+        };
+        let written = self
+            .journal_write(move |tx, now| {
+                let row = tool_effects::Model { intent_at: now, ..row.clone() };
+                Box::pin(async move {
+                    tool_effects::Entity::insert(tool_effects::ActiveModel::from(row))
+                        // An intent written by an earlier attempt stays as it was.
+                        .on_conflict_do_nothing_on([tool_effects::Column::RunId, tool_effects::Column::ToolCallId])
+                        .exec_without_returning(tx)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .await;
+        self.journal_outcome(tool_call_id, written)
     }
 
     /// Records the result of `tool_call_id`.
     pub(super) async fn journal_result(&self, tool_call_id: &str, result: &str, is_error: bool) -> Result<(), Fenced> {
-        let engine = &self.engine;
         self.check()?;
-        let result = antler_kit::redact::redact(result);
-        let written = engine
-            .store
-            .retry_busy(|| async {
-                let tx = engine.store.tx().await?;
-                if !self.owned(&tx).await? {
-                    return Ok(false);
-                }
-                tool_effects::Entity::update_many()
-                    .col_expr(tool_effects::Column::Result, Expr::value(result.clone().into_owned()))
+        let result = antler_kit::redact::redact(result).into_owned();
+        let (run_id, call) = (self.spec.run_id.clone(), tool_call_id.to_owned());
+        let written = self
+            .journal_write(move |tx, now| {
+                let update = tool_effects::Entity::update_many()
+                    .col_expr(tool_effects::Column::Result, Expr::value(result.clone()))
                     .col_expr(tool_effects::Column::IsError, Expr::value(is_error))
-                    .col_expr(tool_effects::Column::ResultAt, Expr::value(now_ms()))
-                    .filter(tool_effects::Column::RunId.eq(self.spec.run_id.as_str()))
-                    .filter(tool_effects::Column::ToolCallId.eq(tool_call_id))
-                    .exec(&*tx)
-                    .await?;
-                tx.commit().await?;
-                Ok::<_, RunsError>(true)
+                    .col_expr(tool_effects::Column::ResultAt, Expr::value(now))
+                    .filter(tool_effects::Column::RunId.eq(run_id.as_str()))
+                    .filter(tool_effects::Column::ToolCallId.eq(call.as_str()));
+                Box::pin(async move {
+                    update.exec(tx).await?;
+                    Ok(())
+                })
             })
             .await;
         self.journal_outcome(tool_call_id, written)
     }
 
-    async fn journal_write<F>(&self, tool_call_id: &str, insert: F) -> Result<(), Fenced>
+    /// One journal write, in a transaction that first checks that this worker still owns the run:
+    /// Ok(false) when it does not (nothing written).
+    async fn journal_write<F>(&self, write: F) -> Result<bool, RunsError>
     where
-        F: Fn(i64) -> sea_orm::TryInsert<tool_effects::ActiveModel>,
+        F: for<'t> Fn(&'t DatabaseTransaction, i64) -> BoxFuture<'t, Result<(), RunsError>> + Send + Sync + 'static,
     {
-        let engine = &self.engine;
-        self.check()?;
-        let written = engine
+        let (run_id, worker) = (self.spec.run_id.clone(), self.engine.worker_id.clone());
+        let write = Arc::new(write);
+        self.engine
             .store
-            .retry_busy(|| async {
-                let tx = engine.store.tx().await?;
-                if !self.owned(&tx).await? {
-                    return Ok(false);
-                }
-                insert(now_ms()).exec_without_returning(&*tx).await?;
-                tx.commit().await?;
-                Ok::<_, RunsError>(true)
+            .write(Priority::Lifecycle, move |tx| {
+                let owned = owned(tx, run_id.clone(), worker.clone());
+                let write = write.clone();
+                Box::pin(async move {
+                    if !owned.await? {
+                        return Ok(false);
+                    }
+                    write(tx, now_ms()).await?;
+                    Ok(true)
+                })
             })
-            .await;
-        self.journal_outcome(tool_call_id, written)
-    }
-
-    /// Is the run still RUNNING under this worker? (Checked inside the writing transaction.)
-    async fn owned(&self, tx: &crate::store::WriteTx) -> Result<bool, RunsError> {
-        let row = runs::Entity::find_by_id(self.spec.run_id.clone())
-            .filter(runs::Column::OwnerWorkerId.eq(self.engine.worker_id.as_str()))
-            .filter(runs::Column::Status.eq(Status::Running))
-            .one(&**tx)
-            .await?;
-        Ok(row.is_some())
+            .await
     }
 
     fn journal_outcome(&self, tool_call_id: &str, written: Result<bool, RunsError>) -> Result<(), Fenced> {
@@ -119,4 +120,14 @@ impl RunHost {
             }
         }
     }
+}
+
+/// Is the run still RUNNING under `worker`? (Checked inside the writing transaction.)
+async fn owned(tx: &DatabaseTransaction, run_id: String, worker: String) -> Result<bool, RunsError> {
+    let row = runs::Entity::find_by_id(run_id)
+        .filter(runs::Column::OwnerWorkerId.eq(worker))
+        .filter(runs::Column::Status.eq(Status::Running))
+        .one(tx)
+        .await?;
+    Ok(row.is_some())
 }

@@ -19,12 +19,12 @@ use antler_proto::common::Usage;
 use antler_proto::runs::{Checkpoint, RunEvent, RunUsage};
 use prost::Message as _;
 use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, DbBackend, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, DatabaseTransaction, DbBackend, EntityTrait, QueryFilter};
 
 use crate::engine::{Engine, LocalRun, StopCause};
 use crate::error::RunsError;
 use crate::store::entity::{checkpoints, runs, threads, tool_effects};
-use crate::store::now_ms;
+use crate::store::{Priority, now_ms};
 use crate::stream::{Writer, append_one_postgres, append_setting};
 
 /// Which run a host writes for.
@@ -97,6 +97,13 @@ impl RunHost {
         Self { engine, spec, local, known: Mutex::default(), inherit, children: Mutex::default(), done: Default::default() }
     }
 
+    /// A host that knows the run's usage totals already (`total`: the run's first attempt, whose
+    /// totals nobody but this attempt writes), so its first write of usage reads nothing.
+    pub fn with_usage_total(self, total: RunUsage) -> Self {
+        self.known.lock().unwrap_or_else(|p| p.into_inner()).usage_total = Some(total);
+        self
+    }
+
     /// Called once the agent returned: interrupts subagent runs still going (none, unless the agent
     /// stopped mid-task) and waits for their drivers, so no child outlives its parent's attempt. A
     /// task whose `task` call stopped before it recorded the end (the parent was cancelled or timed
@@ -148,6 +155,7 @@ impl RunHost {
     /// transaction. Fences on failure.
     async fn write_batch(&self, batch: Batch) -> Result<(), Fenced> {
         self.check()?;
+        let batch = Arc::new(batch);
         let (known_head, known_usage, known_last) = {
             let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
             let last = if batch.checkpoint.is_some() { known.last.take() } else { None };
@@ -206,140 +214,17 @@ impl RunHost {
     /// the checkpoint, the thread's head and title, then the events. None when fenced.
     async fn transaction(
         &self,
-        batch: &Batch,
+        batch: &Arc<Batch>,
         known_head: Option<String>,
         known_usage: Option<RunUsage>,
         known_last: Option<crate::checkpoints::Full>,
-    ) -> Result<Option<(Vec<RunEvent>, Option<RunUsage>, Option<crate::checkpoints::Full>)>, RunsError> {
-        let engine = &self.engine;
-        let spec = &self.spec;
-        let Batch { events, usage, title, checkpoint, results } = batch;
-        engine
+    ) -> Result<Option<StepWritten>, RunsError> {
+        let step = Arc::new(StepWrite::prepare(&self.engine, &self.spec, batch.clone(), known_head, known_usage, known_last).await?);
+        self.engine
             .store
-            .retry_busy(|| async {
-                let tx = engine.store.tx().await?;
-                let now = now_ms();
-                // Usage totals: known from this attempt's last write, read once otherwise.
-                let mut new_usage = None;
-                if !usage.is_empty() {
-                    let mut total = match &known_usage {
-                        Some(total) => total.clone(),
-                        None => {
-                            let run = runs::Entity::find_by_id(spec.run_id.clone()).one(&*tx).await?;
-                            run.map(|r| RunUsage::decode(r.usage.as_slice())).transpose()?.unwrap_or_default()
-                        }
-                    };
-                    for (caller, model, usage) in usage {
-                        add_usage(&mut total, caller, model, usage);
-                    }
-                    new_usage = Some(total);
-                }
-                // The protobuf for GetRun, and its totals as columns for GetTokenUsage's SUM.
-                let mut columns = Vec::new();
-                if let Some(total) = &new_usage {
-                    columns.push((runs::Column::Usage, sea_orm::Value::from(total.encode_to_vec())));
-                    columns.extend(crate::usage::columns(total));
-                }
-                // One statement: still ours? (It also serialises with a concurrent takeover.) Seqs
-                // allocated, usage written.
-                let Some(written) =
-                    append_setting(&*tx, &spec.run_id, &spec.thread_id, Writer::Owner(&engine.worker_id), events.clone(), columns).await?
-                else {
-                    return Ok(None);
-                };
-                let mut last = None;
-                if let Some(c) = &checkpoint {
-                    let parent = match &known_head {
-                        Some(head) => Some(head.clone()),
-                        None => threads::Entity::find_by_id((spec.user_id.clone(), spec.thread_id.clone()))
-                            .one(&*tx)
-                            .await?
-                            .and_then(|t| t.head_checkpoint_id),
-                    };
-                    let mut state = Checkpoint {
-                        checkpoint_id: c.checkpoint_id.clone(),
-                        parent_checkpoint_id: parent.clone().unwrap_or_default(),
-                        step: c.step,
-                        values: Some(c.values.clone()),
-                        created_at: Some(crate::time::to_timestamp(now)),
-                        run_id: spec.run_id.clone(),
-                        messages: c.messages.clone(),
-                        source: "loop".to_owned(),
-                    };
-                    // The agent keeps its own copy; what is stored (and read back by clients) is redacted.
-                    antler_kit::redact::redact_message_in_place(&mut state);
-                    // Stored as a delta against the parent's whole state: known when this attempt
-                    // wrote it, else read once (a new run, a resumed attempt, after a rollback).
-                    let parent_full = match (&parent, &known_last) {
-                        (Some(id), Some(known)) if &known.checkpoint_id == id => Some(std::borrow::Cow::Borrowed(known)),
-                        (Some(id), _) => {
-                            crate::checkpoints::find(&*tx, &spec.user_id, &spec.thread_id, id, true).await?.map(|(c, depth)| {
-                                std::borrow::Cow::Owned(crate::checkpoints::Full {
-                                    checkpoint_id: id.clone(),
-                                    messages: c.messages,
-                                    values: c.values.unwrap_or_default(),
-                                    depth,
-                                })
-                            })
-                        }
-                        (None, _) => None,
-                    };
-                    let policy = crate::checkpoints::Policy {
-                        snapshot_every: engine.config.checkpoint_snapshot_every,
-                        blob_min_bytes: engine.config.checkpoint_blob_min_bytes,
-                    };
-                    let encoded = crate::checkpoints::encode(&state, parent_full.as_deref(), policy);
-                    crate::checkpoints::insert_blobs(&*tx, &spec.user_id, &spec.thread_id, &encoded.blobs, now).await?;
-                    metrics::counter!("antler_runs_checkpoint_bytes_total", "kind" => if encoded.snapshot { "snapshot" } else { "delta" })
-                        .increment(encoded.state.len() as u64);
-                    checkpoints::Entity::insert(checkpoints::ActiveModel::from(checkpoints::Model {
-                        checkpoint_id: c.checkpoint_id.clone(),
-                        user_id: spec.user_id.clone(),
-                        thread_id: spec.thread_id.clone(),
-                        parent_checkpoint_id: parent,
-                        run_id: Some(spec.run_id.clone()),
-                        step: c.step,
-                        state: encoded.state,
-                        created_at: now,
-                        encoding: crate::checkpoints::ENCODING_STORED,
-                    }))
-                    .exec_without_returning(&*tx)
-                    .await?;
-                    last = Some(crate::checkpoints::Full {
-                        checkpoint_id: c.checkpoint_id.clone(),
-                        messages: state.messages,
-                        values: state.values.unwrap_or_default(),
-                        depth: encoded.depth,
-                    });
-                }
-                // Journal results (the `task` tool's), in the same transaction as their events.
-                for done in results {
-                    tool_effects::Entity::update_many()
-                        .col_expr(tool_effects::Column::Result, Expr::value(antler_kit::redact::redact(&done.result).into_owned()))
-                        .col_expr(tool_effects::Column::IsError, Expr::value(done.is_error))
-                        .col_expr(tool_effects::Column::ResultAt, Expr::value(now))
-                        .filter(tool_effects::Column::RunId.eq(spec.run_id.as_str()))
-                        .filter(tool_effects::Column::ToolCallId.eq(done.tool_call_id.as_str()))
-                        .exec(&*tx)
-                        .await?;
-                }
-                // The thread's head and title: one statement.
-                if checkpoint.is_some() || title.is_some() {
-                    let mut update = threads::Entity::update_many().col_expr(threads::Column::UpdatedAt, Expr::value(now));
-                    if let Some(c) = &checkpoint {
-                        update = update.col_expr(threads::Column::HeadCheckpointId, Expr::value(c.checkpoint_id.as_str()));
-                    }
-                    if let Some(title) = title {
-                        update = update.col_expr(threads::Column::Title, Expr::value(title));
-                    }
-                    update
-                        .filter(threads::Column::UserId.eq(spec.user_id.as_str()))
-                        .filter(threads::Column::ThreadId.eq(spec.thread_id.as_str()))
-                        .exec(&*tx)
-                        .await?;
-                }
-                tx.commit().await?;
-                Ok::<_, RunsError>(Some((written, new_usage, last)))
+            .write(Priority::Lifecycle, move |tx| {
+                let step = step.clone();
+                Box::pin(async move { step.write(tx).await })
             })
             .await
     }
@@ -377,4 +262,171 @@ pub fn add_usage(total: &mut RunUsage, caller: &str, model: &str, usage: &Usage)
     per.cache_read_tokens += usage.cache_read_tokens;
     per.reasoning_tokens += usage.reasoning_tokens;
     entry.llm_calls += 1;
+}
+
+/// What one step's write was: its events, the run's usage totals after it, and the whole state of the
+/// checkpoint it wrote.
+type StepWritten = (Vec<RunEvent>, Option<RunUsage>, Option<crate::checkpoints::Full>);
+
+/// One write of [`RunHost::write_batch`], owned: it runs on the store's writer thread. What needs no
+/// lock is done before ([`StepWrite::prepare`]): the usage totals, the reads of the parent checkpoint
+/// and the checkpoint's redaction and encoding, so the write slot is held for statements only.
+struct StepWrite {
+    worker_id: String,
+    spec: RunIds,
+    batch: Arc<Batch>,
+    now: i64,
+    /// The run's usage totals after this step, when it used a model.
+    usage_total: Option<RunUsage>,
+    checkpoint: Option<EncodedCheckpoint>,
+}
+
+/// A step's checkpoint, encoded against its parent.
+struct EncodedCheckpoint {
+    parent: Option<String>,
+    encoded: crate::checkpoints::Encoded,
+    /// Its whole (redacted) state, for the next step's delta: taken by the write that commits it
+    /// (a retried write finds it gone, and the next step reads its parent back instead).
+    full: std::sync::Mutex<Option<crate::checkpoints::Full>>,
+}
+
+impl StepWrite {
+    /// The reads are outside the writing transaction, which is as good as inside it: only the run's
+    /// owner writes its usage and moves its thread's head while the run is active, and a write by a
+    /// worker that no longer owns the run is refused by the transaction's first statement.
+    async fn prepare(
+        engine: &Engine,
+        spec: &RunIds,
+        batch: Arc<Batch>,
+        known_head: Option<String>,
+        known_usage: Option<RunUsage>,
+        known_last: Option<crate::checkpoints::Full>,
+    ) -> Result<Self, RunsError> {
+        let now = now_ms();
+        let db = engine.store.db();
+        // Usage totals: known from this attempt's last write, read once otherwise.
+        let mut usage_total = None;
+        if !batch.usage.is_empty() {
+            let mut total = match known_usage {
+                Some(total) => total,
+                None => {
+                    let run = runs::Entity::find_by_id(spec.run_id.clone()).one(db).await?;
+                    run.map(|r| RunUsage::decode(r.usage.as_slice())).transpose()?.unwrap_or_default()
+                }
+            };
+            for (caller, model, usage) in &batch.usage {
+                add_usage(&mut total, caller, model, usage);
+            }
+            usage_total = Some(total);
+        }
+        let mut checkpoint = None;
+        if let Some(c) = &batch.checkpoint {
+            let parent = match known_head {
+                Some(head) => Some(head),
+                None => threads::Entity::find_by_id((spec.user_id.clone(), spec.thread_id.clone()))
+                    .one(db)
+                    .await?
+                    .and_then(|t| t.head_checkpoint_id),
+            };
+            let mut state = Checkpoint {
+                checkpoint_id: c.checkpoint_id.clone(),
+                parent_checkpoint_id: parent.clone().unwrap_or_default(),
+                step: c.step,
+                values: Some(c.values.clone()),
+                created_at: Some(crate::time::to_timestamp(now)),
+                run_id: spec.run_id.clone(),
+                messages: c.messages.clone(),
+                source: "loop".to_owned(),
+            };
+            // The agent keeps its own copy; what is stored (and read back by clients) is redacted.
+            antler_kit::redact::redact_message_in_place(&mut state);
+            // Stored as a delta against the parent's whole state: known when this attempt
+            // wrote it, else read once (a new run, a resumed attempt, after a rollback).
+            let parent_full = match (&parent, known_last) {
+                (Some(id), Some(known)) if &known.checkpoint_id == id => Some(known),
+                (Some(id), _) => crate::checkpoints::find(db, &spec.user_id, &spec.thread_id, id, true).await?.map(|(c, depth)| {
+                    crate::checkpoints::Full { checkpoint_id: id.clone(), messages: c.messages, values: c.values.unwrap_or_default(), depth }
+                }),
+                (None, _) => None,
+            };
+            let policy = crate::checkpoints::Policy {
+                snapshot_every: engine.config.checkpoint_snapshot_every,
+                blob_min_bytes: engine.config.checkpoint_blob_min_bytes,
+            };
+            let encoded = crate::checkpoints::encode(&state, parent_full.as_ref(), policy);
+            let full = crate::checkpoints::Full {
+                checkpoint_id: c.checkpoint_id.clone(),
+                messages: state.messages,
+                values: state.values.unwrap_or_default(),
+                depth: encoded.depth,
+            };
+            checkpoint = Some(EncodedCheckpoint { parent, encoded, full: std::sync::Mutex::new(Some(full)) });
+        }
+        Ok(Self { worker_id: engine.worker_id.clone(), spec: spec.clone(), batch, now, usage_total, checkpoint })
+    }
+
+    async fn write(&self, tx: &DatabaseTransaction) -> Result<Option<StepWritten>, RunsError> {
+        let StepWrite { worker_id, spec, batch, now, usage_total, checkpoint: encoded_checkpoint } = self;
+        let now = *now;
+        let Batch { events, title, checkpoint, results, .. } = &**batch;
+        // The protobuf for GetRun, and its totals as columns for GetTokenUsage's SUM.
+        let mut columns = Vec::new();
+        if let Some(total) = usage_total {
+            columns.push((runs::Column::Usage, sea_orm::Value::from(total.encode_to_vec())));
+            columns.extend(crate::usage::columns(total));
+        }
+        // One statement: still ours? (It also serialises with a concurrent takeover.) Seqs
+        // allocated, usage written.
+        let Some(written) = append_setting(tx, &spec.run_id, &spec.thread_id, Writer::Owner(worker_id), events.clone(), columns).await?
+        else {
+            return Ok(None);
+        };
+        let mut last = None;
+        if let (Some(c), Some(EncodedCheckpoint { parent, encoded, full })) = (checkpoint, encoded_checkpoint) {
+            crate::checkpoints::insert_blobs(tx, &spec.user_id, &spec.thread_id, &encoded.blobs, now).await?;
+            metrics::counter!("antler_runs_checkpoint_bytes_total", "kind" => if encoded.snapshot { "snapshot" } else { "delta" })
+                .increment(encoded.state.len() as u64);
+            checkpoints::Entity::insert(checkpoints::ActiveModel::from(checkpoints::Model {
+                checkpoint_id: c.checkpoint_id.clone(),
+                user_id: spec.user_id.clone(),
+                thread_id: spec.thread_id.clone(),
+                parent_checkpoint_id: parent.clone(),
+                run_id: Some(spec.run_id.clone()),
+                step: c.step,
+                state: encoded.state.clone(),
+                created_at: now,
+                encoding: crate::checkpoints::ENCODING_STORED,
+            }))
+            .exec_without_returning(tx)
+            .await?;
+            last = full.lock().unwrap_or_else(|p| p.into_inner()).take();
+        }
+        // Journal results (the `task` tool's), in the same transaction as their events.
+        for done in results {
+            tool_effects::Entity::update_many()
+                .col_expr(tool_effects::Column::Result, Expr::value(antler_kit::redact::redact(&done.result).into_owned()))
+                .col_expr(tool_effects::Column::IsError, Expr::value(done.is_error))
+                .col_expr(tool_effects::Column::ResultAt, Expr::value(now))
+                .filter(tool_effects::Column::RunId.eq(spec.run_id.as_str()))
+                .filter(tool_effects::Column::ToolCallId.eq(done.tool_call_id.as_str()))
+                .exec(tx)
+                .await?;
+        }
+        // The thread's head and title: one statement.
+        if checkpoint.is_some() || title.is_some() {
+            let mut update = threads::Entity::update_many().col_expr(threads::Column::UpdatedAt, Expr::value(now));
+            if let Some(c) = &checkpoint {
+                update = update.col_expr(threads::Column::HeadCheckpointId, Expr::value(c.checkpoint_id.as_str()));
+            }
+            if let Some(title) = title {
+                update = update.col_expr(threads::Column::Title, Expr::value(title));
+            }
+            update
+                .filter(threads::Column::UserId.eq(spec.user_id.as_str()))
+                .filter(threads::Column::ThreadId.eq(spec.thread_id.as_str()))
+                .exec(tx)
+                .await?;
+        }
+        Ok(Some((written, usage_total.clone(), last)))
+    }
 }

@@ -1,9 +1,12 @@
 //! FINALIZING: the exclusive step between the agent's last word and the terminal status. It writes
 //! the delivery receipt exactly once, then the terminal status, then END — always last.
 //!
-//! The two steps are separate transactions on purpose: the receipt and the intended status
-//! (`final_status`) are durable before the terminal status, so if this worker dies in between, the
-//! sweeper only adds the closing (see `lease::sweep`) and never re-runs anything.
+//! Both steps are one transaction: RUNNING → FINALIZING (receipt and `final_status`), then the
+//! terminal status with the DELIVERY and END events. A worker that dies before the commit leaves the
+//! run RUNNING (taken over like any other); after it, the run is closed; nothing is in between. (They
+//! were two commits until #32: two more transactions and eight more statements per run on the one
+//! SQLite writer, for a window in which nothing happens.) A FINALIZING row found by the sweeper
+//! (written by an older replica) is still closed without anything being re-run (`lease::sweep`).
 
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{DeliveryReceipt, EndEvent, RunError, RunEvent, RunUsage};
@@ -11,13 +14,17 @@ use prost::Message;
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 
+use std::sync::Arc;
+
+use sea_orm::DatabaseTransaction;
+
 use super::{cancel, end_run, promote_next_queued, start};
 use crate::engine::Engine;
 use crate::error::RunsError;
 use crate::status::Status;
 use crate::store::entity::runs;
-use crate::store::now_ms;
-use crate::stream::{Writer, append};
+use crate::store::{Priority, now_ms};
+use crate::stream::{Writer, append_setting};
 
 pub use antler_agent::{Outcome, Outputs};
 
@@ -52,7 +59,8 @@ pub struct Finalized {
 /// owns the run (fenced: nothing was written). With `hand_over`, the closing transaction also starts
 /// the next startable PENDING run (`start::start_next_in`), unless the service is shutting down or
 /// runs of dead replicas wait (the dispatcher takes those first). A failure there fails the closing
-/// transaction like any of its statements: the run stays FINALIZING and the sweeper closes it.
+/// transaction like any of its statements: nothing is written, and the run stays RUNNING until it is
+/// finalized again or its lease lapses.
 pub async fn finalize(
     engine: &Engine,
     run: &runs::Model,
@@ -60,7 +68,6 @@ pub async fn finalize(
     outcome: Outcome,
     hand_over: bool,
 ) -> Result<Option<Finalized>, RunsError> {
-    let worker = engine.worker_id.as_str();
     let (mut status, mut stop_reason, mut error, outputs, cancelled) = match outcome {
         Outcome::Completed { stop_reason, outputs } => (Status::Success, stop_reason, None, outputs, false),
         // A failed run's stop_reason is its error code (documented with RunError.code).
@@ -91,96 +98,140 @@ pub async fn finalize(
         });
     }
 
-    // Step 1: RUNNING → FINALIZING. A completion only wins while no cancel was requested: the first
-    // cancel request beats a completion that races it.
-    let tx = engine.store.tx().await?;
-    let now = now_ms();
-    let enter = |status: Status, stop_reason: &str, error: &Option<RunError>| {
-        runs::Entity::update_many()
-            .col_expr(runs::Column::Status, Expr::value(Status::Finalizing))
-            .col_expr(runs::Column::FinalStatus, Expr::value(status))
-            .col_expr(runs::Column::StopReason, Expr::value(stop_reason.to_owned()))
-            .col_expr(runs::Column::ErrorCode, Expr::value(error.as_ref().map(|e| e.code.clone())))
-            .col_expr(runs::Column::ErrorMessage, Expr::value(error.as_ref().map(|e| antler_kit::redact::redact(&e.message).into_owned())))
-            .col_expr(runs::Column::Delivery, Expr::value(receipt.encode_to_vec()))
-            .col_expr(runs::Column::UpdatedAt, Expr::value(now))
-            .filter(runs::Column::RunId.eq(run.run_id.as_str()))
-            .filter(runs::Column::OwnerWorkerId.eq(worker))
-            .filter(runs::Column::Status.eq(Status::Running))
-    };
-    let entered = if cancelled {
-        0
-    } else {
-        enter(status, &stop_reason, &error).filter(runs::Column::CancelAction.is_null()).exec(&*tx).await?.rows_affected
-    };
-    if entered == 0 {
-        // Cancelled, or a cancel request raced this completion and won: the run ends INTERRUPTED
-        // here, in one step — nothing remains to deliver, so there is no FINALIZING and no receipt.
-        let current = runs::Entity::find_by_id(run.run_id.clone()).one(&*tx).await?;
-        let Some(current) = current.filter(|c| c.cancel_action.is_some()) else { return Ok(None) };
-        let Some(end) = end_run(&*tx, &current, &[Status::Running], Some(worker), &cancel::ending_of(&current)).await? else {
-            return Ok(None);
-        };
-        let promoted = promote_next_queued(&*tx, &run.user_id, &run.thread_id).await?;
-        tx.commit().await?;
-        tracing::info!(run_id = %run.run_id, stop_reason = %cancel::ending_of(&current).stop_reason, "run interrupted");
-        if promoted {
-            engine.wake.notify_one();
-        }
-        return Ok(Some(Finalized { events: vec![end], next: None }));
-    }
-    let mut events = Vec::new();
-    let Some(delivery) = append(&*tx, &run.run_id, &run.thread_id, Writer::Owner(worker), Kind::Delivery(receipt)).await? else {
-        return Ok(None);
-    };
-    events.push(delivery);
-    tx.commit().await?;
-    metrics::counter!("antler_run_transitions_total", "to" => Status::Finalizing.as_str()).increment(1);
-
-    // Step 2: FINALIZING → terminal, then END.
-    let tx = engine.store.tx().await?;
-    let current = runs::Entity::find_by_id(run.run_id.clone()).one(&*tx).await?;
-    let usage = current.as_ref().map(|r| RunUsage::decode(r.usage.as_slice()).unwrap_or_default()).unwrap_or_default();
-    let closed = runs::Entity::update_many()
-        .col_expr(runs::Column::Status, Expr::value(status))
-        .col_expr(runs::Column::FinishedAt, Expr::value(now_ms()))
-        .col_expr(runs::Column::LeaseExpiresAt, Expr::value(Option::<i64>::None))
-        .col_expr(runs::Column::UpdatedAt, Expr::value(now_ms()))
-        .filter(runs::Column::RunId.eq(run.run_id.as_str()))
-        .filter(runs::Column::OwnerWorkerId.eq(worker))
-        .filter(runs::Column::Status.eq(Status::Finalizing))
-        .exec(&*tx)
-        .await?
-        .rows_affected;
-    if closed == 0 {
-        return Ok(Some(Finalized { events, next: None }));
-    }
-    let end = Kind::End(EndEvent {
-        status: status.to_proto() as i32,
-        stop_reason: stop_reason.clone(),
-        error: error.clone(),
-        usage: Some(usage),
-    });
-    if let Some(end) = append(&*tx, &run.run_id, &run.thread_id, Writer::Service, end).await? {
-        events.push(end);
-    }
-    let promoted = promote_next_queued(&*tx, &run.user_id, &run.thread_id).await?;
     let hand_over = hand_over
         && !engine.shutdown.is_cancelled()
         && engine.dead_owners().is_empty()
         && !engine.takeovers_waiting.load(std::sync::atomic::Ordering::Relaxed);
-    let next = if hand_over { start::start_next_in(&*tx, engine).await? } else { None };
-    tx.commit().await?;
-    metrics::counter!("antler_run_transitions_total", "to" => status.as_str()).increment(1);
-    if next.is_some() {
-        start::count_started(1);
-        metrics::counter!("antler_run_handovers_total").increment(1);
-    }
-    tracing::info!(run_id = %run.run_id, %status, stop_reason = %stop_reason, "run finished");
-    if promoted {
-        engine.wake.notify_one();
-    }
-    Ok(Some(Finalized { events, next }))
+    let closing = Arc::new(Closing {
+        run: run.clone(),
+        worker: engine.worker_id.clone(),
+        status,
+        stop_reason,
+        error,
+        receipt,
+        cancelled,
+        hand_over: hand_over.then(|| start::Claimant::of(engine)),
+    });
+    let closed = engine
+        .store
+        .write(Priority::Lifecycle, move |tx| {
+            let closing = closing.clone();
+            Box::pin(async move { close(tx, &closing).await })
+        })
+        .await?;
+    let finalized = match closed {
+        Closed::Fenced => return Ok(None),
+        Closed::Interrupted { end, promoted, stop_reason } => {
+            tracing::info!(run_id = %run.run_id, %stop_reason, "run interrupted");
+            if promoted {
+                engine.wake.notify_one();
+            }
+            Finalized { events: vec![end], next: None }
+        }
+        Closed::Finished { events, next, promoted, status, stop_reason } => {
+            metrics::counter!("antler_run_transitions_total", "to" => Status::Finalizing.as_str()).increment(1);
+            metrics::counter!("antler_run_transitions_total", "to" => status.as_str()).increment(1);
+            if next.is_some() {
+                start::count_started(1);
+                metrics::counter!("antler_run_handovers_total").increment(1);
+            }
+            tracing::info!(run_id = %run.run_id, %status, %stop_reason, "run finished");
+            if promoted {
+                engine.wake.notify_one();
+            }
+            Finalized { events, next }
+        }
+    };
+    Ok(Some(finalized))
+}
+
+/// What the closing transaction needs, owned (it runs on the store's writer thread).
+struct Closing {
+    run: runs::Model,
+    worker: String,
+    status: Status,
+    stop_reason: String,
+    error: Option<RunError>,
+    receipt: DeliveryReceipt,
+    cancelled: bool,
+    /// Start the next startable run in the same commit, as this claimant.
+    hand_over: Option<start::Claimant>,
+}
+
+/// What the closing transaction did.
+enum Closed {
+    /// The worker no longer owns the run: nothing was written.
+    Fenced,
+    /// Cancelled (or a cancel request won the race with the completion): ended INTERRUPTED.
+    Interrupted { end: RunEvent, promoted: bool, stop_reason: String },
+    Finished { events: Vec<RunEvent>, next: Option<runs::Model>, promoted: bool, status: Status, stop_reason: String },
+}
+
+/// The closing transaction: RUNNING → FINALIZING (receipt and intended status), the DELIVERY and END
+/// events with the terminal status, the thread's next queued run, and (with `hand_over`) the next
+/// startable run — one commit, six statements.
+async fn close(tx: &DatabaseTransaction, c: &Closing) -> Result<Closed, RunsError> {
+    let run = &c.run;
+    let worker = c.worker.as_str();
+    let now = now_ms();
+    // A completion only wins while no cancel was requested: the first cancel request beats a
+    // completion that races it.
+    let entered = if c.cancelled {
+        None
+    } else {
+        runs::Entity::update_many()
+            .col_expr(runs::Column::Status, Expr::value(Status::Finalizing))
+            .col_expr(runs::Column::FinalStatus, Expr::value(c.status))
+            .col_expr(runs::Column::StopReason, Expr::value(c.stop_reason.clone()))
+            .col_expr(runs::Column::ErrorCode, Expr::value(c.error.as_ref().map(|e| e.code.clone())))
+            .col_expr(runs::Column::ErrorMessage, Expr::value(c.error.as_ref().map(|e| antler_kit::redact::redact(&e.message).into_owned())))
+            .col_expr(runs::Column::Delivery, Expr::value(c.receipt.encode_to_vec()))
+            .col_expr(runs::Column::UpdatedAt, Expr::value(now))
+            .filter(runs::Column::RunId.eq(run.run_id.as_str()))
+            .filter(runs::Column::OwnerWorkerId.eq(worker))
+            .filter(runs::Column::Status.eq(Status::Running))
+            .filter(runs::Column::CancelAction.is_null())
+            .exec_with_returning(tx)
+            .await?
+            .pop()
+    };
+    let Some(entered) = entered else {
+        // Cancelled, or a cancel request raced this completion and won: the run ends INTERRUPTED
+        // here, in one step — nothing remains to deliver, so there is no FINALIZING and no receipt.
+        let current = runs::Entity::find_by_id(run.run_id.clone()).one(tx).await?;
+        let Some(current) = current.filter(|c| c.cancel_action.is_some()) else { return Ok(Closed::Fenced) };
+        let ending = cancel::ending_of(&current);
+        let Some(end) = end_run(tx, &current, &[Status::Running], Some(worker), &ending).await? else {
+            return Ok(Closed::Fenced);
+        };
+        let promoted = promote_next_queued(tx, &run.user_id, &run.thread_id).await?;
+        return Ok(Closed::Interrupted { end, promoted, stop_reason: ending.stop_reason });
+    };
+    let usage = RunUsage::decode(entered.usage.as_slice()).unwrap_or_default();
+    let end = Kind::End(EndEvent {
+        status: c.status.to_proto() as i32,
+        stop_reason: c.stop_reason.clone(),
+        error: c.error.clone(),
+        usage: Some(usage),
+    });
+    // The receipt, then END (always last), in the statement that also makes the status terminal.
+    let terminal = vec![
+        (runs::Column::Status, sea_orm::Value::from(c.status)),
+        (runs::Column::FinishedAt, sea_orm::Value::from(now)),
+        (runs::Column::LeaseExpiresAt, sea_orm::Value::from(Option::<i64>::None)),
+    ];
+    let events = append_setting(tx, &run.run_id, &run.thread_id, Writer::Owner(worker), vec![Kind::Delivery(c.receipt.clone()), end], terminal)
+        .await?
+        // The row was FINALIZING and ours a statement ago, in this transaction.
+        .ok_or_else(|| {
+            RunsError::from(sea_orm::DbErr::Custom("finalize: the run's closing events were refused right after FINALIZING was entered".to_owned()))
+        })?;
+    let promoted = promote_next_queued(tx, &run.user_id, &run.thread_id).await?;
+    let next = match &c.hand_over {
+        Some(claimant) => start::start_next_in(tx, claimant).await?,
+        None => None,
+    };
+    Ok(Closed::Finished { events, next, promoted, status: c.status, stop_reason: c.stop_reason.clone() })
 }
 
 #[cfg(test)]

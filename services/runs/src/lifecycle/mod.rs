@@ -22,8 +22,8 @@ pub mod user_caps;
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{EndEvent, RunError, RunUsage};
 use prost::Message;
-use sea_orm::sea_query::Expr;
-use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder};
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait};
 
 use antler_kit::redact::redact;
 
@@ -114,31 +114,31 @@ pub async fn restore_head(db: &impl ConnectionTrait, run: &runs::Model) -> Resul
 }
 
 /// Lets the oldest ENQUEUE run of a thread become its active run, if the thread has none. Returns
-/// whether one was promoted (the dispatcher should look for work).
+/// whether one was promoted (the dispatcher should look for work). One statement (the choice and the
+/// check are subqueries of the UPDATE): it runs inside closing transactions that hold the writer.
 pub async fn promote_next_queued(db: &impl ConnectionTrait, user_id: &str, thread_id: &str) -> Result<bool, RunsError> {
-    let active = runs::Entity::find()
-        .filter(runs::Column::UserId.eq(user_id))
-        .filter(runs::Column::ThreadId.eq(thread_id))
-        .filter(runs::Column::Status.is_in(Status::ACTIVE))
-        .filter(runs::Column::Queued.eq(false))
-        .one(db)
-        .await?;
-    if active.is_some() {
-        return Ok(false);
-    }
-    let next = runs::Entity::find()
-        .filter(runs::Column::UserId.eq(user_id))
-        .filter(runs::Column::ThreadId.eq(thread_id))
+    let of_thread = || {
+        runs::Entity::find()
+            .select_only()
+            .column(runs::Column::RunId)
+            .filter(runs::Column::UserId.eq(user_id))
+            .filter(runs::Column::ThreadId.eq(thread_id))
+    };
+    let active = of_thread().filter(runs::Column::Status.is_in(Status::ACTIVE)).filter(runs::Column::Queued.eq(false)).into_query();
+    let next = of_thread()
         .filter(runs::Column::Status.eq(Status::Pending))
         .filter(runs::Column::Queued.eq(true))
         .order_by_asc(runs::Column::CreatedAt)
         .order_by_asc(runs::Column::RunId)
-        .one(db)
-        .await?;
-    let Some(next) = next else { return Ok(false) };
-    let mut model: runs::ActiveModel = next.into();
-    model.queued = Set(false);
-    model.updated_at = Set(now_ms());
-    runs::Entity::update(model).exec(db).await?;
-    Ok(true)
+        .limit(1)
+        .into_query();
+    let promoted = runs::Entity::update_many()
+        .col_expr(runs::Column::Queued, Expr::value(false))
+        .col_expr(runs::Column::UpdatedAt, Expr::value(now_ms()))
+        .filter(Expr::col(runs::Column::RunId).eq(Expr::SubQuery(None, Box::new(next.into()))))
+        .filter(Expr::exists(active).not())
+        .exec(db)
+        .await?
+        .rows_affected;
+    Ok(promoted > 0)
 }

@@ -9,7 +9,7 @@ use crate::engine::Engine;
 use crate::error::RunsError;
 use crate::status::Status;
 use crate::store::entity::runs;
-use crate::store::now_ms;
+use crate::store::{Priority, now_ms};
 
 /// Compare-and-set PENDING → RUNNING, only while the run is still PENDING, is its thread's active run
 /// (not queued), has no cancel request, and is ours to take: admitted by us, or by a replica whose
@@ -27,17 +27,39 @@ pub async fn try_start_many(engine: &Engine, run_ids: &[String]) -> Result<Vec<r
     if run_ids.is_empty() {
         return Ok(Vec::new());
     }
+    let claimant = std::sync::Arc::new(Claimant::of(engine));
+    let run_ids: std::sync::Arc<[String]> = run_ids.into();
     let started = engine
         .store
-        .retry_busy(|| async {
-            let tx = engine.store.tx().await?;
-            let started = start_in(&*tx, engine, run_ids).await?;
-            tx.commit().await?;
-            Ok::<_, crate::store::StoreError>(started)
+        .write(Priority::Lifecycle, move |tx| {
+            let (claimant, run_ids) = (claimant.clone(), run_ids.clone());
+            Box::pin(async move { Ok::<_, RunsError>(start_in(tx, &claimant, &run_ids).await?) })
         })
         .await?;
     count_started(started.len());
     Ok(started)
+}
+
+/// Who starts runs and which PENDING runs it may take, read from the engine before a write (which
+/// may run on the store's writer thread, away from the engine).
+#[derive(Debug, Clone)]
+pub struct Claimant {
+    worker_id: String,
+    lease_ms: i64,
+    grace_ms: i64,
+    /// Dead replicas whose PENDING runs anyone may take (see `liveness`).
+    dead: Vec<String>,
+}
+
+impl Claimant {
+    pub fn of(engine: &Engine) -> Self {
+        Self {
+            worker_id: engine.worker_id.clone(),
+            lease_ms: engine.config.lease().as_millis() as i64,
+            grace_ms: engine.config.grace().as_millis() as i64,
+            dead: engine.dead_owners(),
+        }
+    }
 }
 
 /// Counts runs that became RUNNING (call it once their transaction committed).
@@ -48,9 +70,9 @@ pub fn count_started(runs: usize) {
 /// The compare-and-set of [`try_start_many`] inside `db` (a transaction the caller commits, then
 /// [`count_started`]), for a write that starts a run it has just admitted in the same transaction (a
 /// subagent's child run: one commit instead of two before it is under way).
-pub async fn start_in(db: &impl sea_orm::ConnectionTrait, engine: &Engine, run_ids: &[String]) -> Result<Vec<runs::Model>, sea_orm::DbErr> {
+pub async fn start_in(db: &impl sea_orm::ConnectionTrait, claimant: &Claimant, run_ids: &[String]) -> Result<Vec<runs::Model>, sea_orm::DbErr> {
     let now = now_ms();
-    start_update(engine, now).filter(runs::Column::RunId.is_in(run_ids.iter().map(String::as_str))).exec_with_returning(db).await
+    start_update(claimant, now).filter(runs::Column::RunId.is_in(run_ids.iter().map(String::as_str))).exec_with_returning(db).await
 }
 
 /// Starts the oldest PENDING run this replica may take, inside `db`: the transaction that closes a
@@ -63,9 +85,9 @@ pub async fn start_in(db: &impl sea_orm::ConnectionTrait, engine: &Engine, run_i
 /// never pick the same run; on PostgreSQL the subquery skips rows another transaction is starting
 /// (`FOR UPDATE SKIP LOCKED`). The caller leaves runs of dead replicas to the dispatcher, which takes
 /// them first. None when nothing is startable.
-pub async fn start_next_in(db: &impl sea_orm::ConnectionTrait, engine: &Engine) -> Result<Option<runs::Model>, sea_orm::DbErr> {
+pub async fn start_next_in(db: &impl sea_orm::ConnectionTrait, claimant: &Claimant) -> Result<Option<runs::Model>, sea_orm::DbErr> {
     let now = now_ms();
-    let mut next = pending_select(claimable(engine, now), 1).into_query();
+    let mut next = pending_select(claimable(claimant, now), 1).into_query();
     if db.get_database_backend() == sea_orm::DbBackend::Postgres {
         next.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
     }
@@ -73,24 +95,24 @@ pub async fn start_next_in(db: &impl sea_orm::ConnectionTrait, engine: &Engine) 
     // `IN (… LIMIT 1 … SKIP LOCKED)` again for each row it looks at and start a run per evaluation
     // (measured: thousands started, one executed, the rest waiting for their lease to lapse).
     let chosen = Expr::col(runs::Column::RunId).eq(Expr::SubQuery(None, Box::new(next.into())));
-    let mut started = start_update(engine, now).filter(chosen).exec_with_returning(db).await?;
+    let mut started = start_update(claimant, now).filter(chosen).exec_with_returning(db).await?;
     debug_assert!(started.len() <= 1, "a hand-over started {} runs", started.len());
     Ok(started.pop())
 }
 
 /// The compare-and-set PENDING → RUNNING for this worker, for the runs a caller's filter adds.
-fn start_update(engine: &Engine, now: i64) -> sea_orm::UpdateMany<runs::Entity> {
+fn start_update(claimant: &Claimant, now: i64) -> sea_orm::UpdateMany<runs::Entity> {
     runs::Entity::update_many()
         .col_expr(runs::Column::Status, Expr::value(Status::Running))
-        .col_expr(runs::Column::OwnerWorkerId, Expr::value(engine.worker_id.as_str()))
-        .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config.lease().as_millis() as i64))
+        .col_expr(runs::Column::OwnerWorkerId, Expr::value(claimant.worker_id.as_str()))
+        .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + claimant.lease_ms))
         .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
         .col_expr(runs::Column::StartedAt, Expr::value(now))
         .col_expr(runs::Column::UpdatedAt, Expr::value(now))
         .filter(runs::Column::Status.eq(Status::Pending))
         .filter(runs::Column::Queued.eq(false))
         .filter(runs::Column::CancelAction.is_null())
-        .filter(claimable(engine, now))
+        .filter(claimable(claimant, now))
 }
 
 /// PENDING runs this replica could start now: those admitted by a dead replica first (its clients
@@ -104,7 +126,7 @@ pub async fn startable(engine: &Engine, limit: u64) -> Result<Vec<String>, RunsE
     };
     let left = limit.saturating_sub(found.len() as u64);
     if left > 0 {
-        for run_id in pending(engine, claimable(engine, now_ms()), left + found.len() as u64).await? {
+        for run_id in pending(engine, claimable(&Claimant::of(engine), now_ms()), left + found.len() as u64).await? {
             if found.len() as u64 == limit {
                 break;
             }
@@ -138,14 +160,13 @@ fn pending_select(which: Condition, limit: u64) -> sea_orm::Select<runs::Entity>
 
 /// The PENDING runs this replica may take: admitted here, unowned, whose admission lease is past
 /// the grace period, or admitted by a replica that is dead (no heartbeat, see `liveness`).
-fn claimable(engine: &Engine, now: i64) -> Condition {
-    let dead = engine.dead_owners();
+fn claimable(claimant: &Claimant, now: i64) -> Condition {
     let mut claimable = Condition::any()
-        .add(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
+        .add(runs::Column::OwnerWorkerId.eq(claimant.worker_id.as_str()))
         .add(runs::Column::OwnerWorkerId.is_null())
-        .add(runs::Column::LeaseExpiresAt.lt(now - engine.config.grace().as_millis() as i64));
-    if !dead.is_empty() {
-        claimable = claimable.add(runs::Column::OwnerWorkerId.is_in(dead));
+        .add(runs::Column::LeaseExpiresAt.lt(now - claimant.grace_ms));
+    if !claimant.dead.is_empty() {
+        claimable = claimable.add(runs::Column::OwnerWorkerId.is_in(claimant.dead.iter().map(String::as_str)));
     }
     claimable
 }

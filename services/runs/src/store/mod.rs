@@ -9,6 +9,7 @@
 pub mod entity;
 pub mod migration;
 pub mod slot;
+pub mod writer;
 
 use std::future::Future;
 use std::path::Path;
@@ -21,6 +22,7 @@ use sea_orm::{
 use sea_orm_migration::MigratorTrait;
 pub use slot::Priority;
 use slot::{SlotGuard, WriteSlot};
+use writer::WriterThread;
 
 use crate::config::DatabaseConfig;
 
@@ -166,9 +168,14 @@ pub fn statement(backend: DbBackend, sql: &str, values: Vec<sea_orm::Value>) -> 
 
 /// Counts every statement `db` executes in `antler_runs_db_statements_total`: what the database is
 /// asked, seen from this replica (the wake-ups are judged by it: idle subscribers must add nothing).
+/// With `RUST_LOG=antler_runs::sql=trace` each statement is also logged with its round trip (the
+/// statements of one run are how #32's profile counts the writer's work).
 fn count_statements(db: &mut DatabaseConnection) {
     let counter = metrics::counter!("antler_runs_db_statements_total");
-    db.set_metric_callback(move |_| counter.increment(1));
+    db.set_metric_callback(move |info| {
+        counter.increment(1);
+        tracing::trace!(target: "antler_runs::sql", micros = info.elapsed.as_micros() as u64, failed = info.failed, sql = %info.statement.sql);
+    });
 }
 
 /// The file of a `sqlite:` URL.
@@ -189,6 +196,8 @@ pub struct Store {
     /// (a write on another pooled connection re-reads the pages the previous writer changed).
     writer: Option<DatabaseConnection>,
     write_slot: Option<Arc<WriteSlot>>,
+    /// SQLite: the thread [`Store::write`] runs its transactions on (see [`writer`]).
+    writer_thread: Option<Arc<WriterThread>>,
     /// SQLite: the connection of the WAL checkpointer (and of the last checkpoint at shutdown).
     checkpoints: Option<DatabaseConnection>,
     /// Stops the background task (SQLite: the WAL checkpointer; PostgreSQL: the statistics refresh)
@@ -398,7 +407,12 @@ impl Store {
             tokio::spawn(refresh_statistics_every_second(db.clone(), stop.clone()));
             Arc::new(stop.drop_guard())
         });
-        let store = Self { db, control, writer, write_slot, checkpoints, _checkpointer: checkpointer.or(statistics) };
+        let writer_thread = if sqlite {
+            Some(Arc::new(WriterThread::start().map_err(|e| StoreError::Db(DbErr::Custom(format!("the runs writer thread did not start: {e}"))))?))
+        } else {
+            None
+        };
+        let store = Self { db, control, writer, write_slot, writer_thread, checkpoints, _checkpointer: checkpointer.or(statistics) };
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
         let mut attempt = 0;
         loop {
@@ -471,6 +485,45 @@ impl Store {
             None => None,
         };
         Ok(WriteTx { txn: self.writer.as_ref().unwrap_or(&self.db).begin().await?, _slot: slot })
+    }
+
+    /// Runs `op` in a write transaction with `priority` and commits it when `op` returns Ok (an Err
+    /// rolls it back), again when SQLite reports a lock held by another process (as
+    /// [`Store::retry_busy`]). On SQLite the transaction runs on the writer thread ([`writer`]), so
+    /// the write slot is held for the statements and not for the main runtime's scheduling; `op`
+    /// owns what it needs (it is called on another thread). On PostgreSQL it runs here.
+    ///
+    /// The hot writes of the run lifecycle use this; the others keep [`Store::tx`] (same slot, same
+    /// connection).
+    pub async fn write<T, E, F>(&self, priority: Priority, op: F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Busy + std::fmt::Display + Send + 'static,
+        F: for<'t> Fn(&'t DatabaseTransaction) -> futures::future::BoxFuture<'t, Result<T, E>> + Send + Sync + 'static,
+    {
+        match &self.writer_thread {
+            Some(thread) => {
+                let store = self.clone();
+                thread.run(async move { store.write_here(priority, &op).await }).await.map_err(|e| {
+                    E::from(StoreError::Db(DbErr::Custom(format!("the runs writer thread stopped before the write finished: {e}"))))
+                })?
+            }
+            None => self.write_here(priority, &op).await,
+        }
+    }
+
+    async fn write_here<T, E, F>(&self, priority: Priority, op: &F) -> Result<T, E>
+    where
+        E: From<StoreError> + Busy + std::fmt::Display,
+        F: for<'t> Fn(&'t DatabaseTransaction) -> futures::future::BoxFuture<'t, Result<T, E>>,
+    {
+        self.retry_busy(|| async {
+            let tx = self.tx_for(priority).await?;
+            let value = op(&tx.txn).await?;
+            tx.commit().await?;
+            Ok(value)
+        })
+        .await
     }
 
     /// Runs `op` again (up to 5 times, 50 ms doubling to 1 s) when SQLite reports a lock held by
