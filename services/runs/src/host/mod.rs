@@ -345,7 +345,12 @@ impl StepWrite {
             let parent_full = match (&parent, known_last) {
                 (Some(id), Some(known)) if &known.checkpoint_id == id => Some(known),
                 (Some(id), _) => crate::checkpoints::find(db, &spec.user_id, &spec.thread_id, id, true).await?.map(|(c, depth)| {
-                    crate::checkpoints::Full { checkpoint_id: id.clone(), messages: c.messages, values: c.values.unwrap_or_default(), depth }
+                    crate::checkpoints::Full {
+                        checkpoint_id: id.clone(),
+                        messages: c.messages,
+                        values: c.values.unwrap_or_default(),
+                        depth,
+                    }
                 }),
                 (None, _) => None,
             };

@@ -163,8 +163,18 @@ enum Closed {
     /// The worker no longer owns the run: nothing was written.
     Fenced,
     /// Cancelled (or a cancel request won the race with the completion): ended INTERRUPTED.
-    Interrupted { end: RunEvent, promoted: bool, stop_reason: String },
-    Finished { events: Vec<RunEvent>, next: Option<runs::Model>, promoted: bool, status: Status, stop_reason: String },
+    Interrupted {
+        end: RunEvent,
+        promoted: bool,
+        stop_reason: String,
+    },
+    Finished {
+        events: Vec<RunEvent>,
+        next: Option<runs::Model>,
+        promoted: bool,
+        status: Status,
+        stop_reason: String,
+    },
 }
 
 /// The closing transaction: RUNNING → FINALIZING (receipt and intended status), the DELIVERY and END
@@ -184,7 +194,10 @@ async fn close(tx: &DatabaseTransaction, c: &Closing) -> Result<Closed, RunsErro
             .col_expr(runs::Column::FinalStatus, Expr::value(c.status))
             .col_expr(runs::Column::StopReason, Expr::value(c.stop_reason.clone()))
             .col_expr(runs::Column::ErrorCode, Expr::value(c.error.as_ref().map(|e| e.code.clone())))
-            .col_expr(runs::Column::ErrorMessage, Expr::value(c.error.as_ref().map(|e| antler_kit::redact::redact(&e.message).into_owned())))
+            .col_expr(
+                runs::Column::ErrorMessage,
+                Expr::value(c.error.as_ref().map(|e| antler_kit::redact::redact(&e.message).into_owned())),
+            )
             .col_expr(runs::Column::Delivery, Expr::value(c.receipt.encode_to_vec()))
             .col_expr(runs::Column::UpdatedAt, Expr::value(now))
             .filter(runs::Column::RunId.eq(run.run_id.as_str()))
@@ -220,12 +233,15 @@ async fn close(tx: &DatabaseTransaction, c: &Closing) -> Result<Closed, RunsErro
         (runs::Column::FinishedAt, sea_orm::Value::from(now)),
         (runs::Column::LeaseExpiresAt, sea_orm::Value::from(Option::<i64>::None)),
     ];
-    let events = append_setting(tx, &run.run_id, &run.thread_id, Writer::Owner(worker), vec![Kind::Delivery(c.receipt.clone()), end], terminal)
-        .await?
-        // The row was FINALIZING and ours a statement ago, in this transaction.
-        .ok_or_else(|| {
-            RunsError::from(sea_orm::DbErr::Custom("finalize: the run's closing events were refused right after FINALIZING was entered".to_owned()))
-        })?;
+    let events =
+        append_setting(tx, &run.run_id, &run.thread_id, Writer::Owner(worker), vec![Kind::Delivery(c.receipt.clone()), end], terminal)
+            .await?
+            // The row was FINALIZING and ours a statement ago, in this transaction.
+            .ok_or_else(|| {
+                RunsError::from(sea_orm::DbErr::Custom(
+                    "finalize: the run's closing events were refused right after FINALIZING was entered".to_owned(),
+                ))
+            })?;
     let promoted = promote_next_queued(tx, &run.user_id, &run.thread_id).await?;
     let next = match &c.hand_over {
         Some(claimant) => start::start_next_in(tx, claimant).await?,

@@ -70,7 +70,11 @@ pub fn count_started(runs: usize) {
 /// The compare-and-set of [`try_start_many`] inside `db` (a transaction the caller commits, then
 /// [`count_started`]), for a write that starts a run it has just admitted in the same transaction (a
 /// subagent's child run: one commit instead of two before it is under way).
-pub async fn start_in(db: &impl sea_orm::ConnectionTrait, claimant: &Claimant, run_ids: &[String]) -> Result<Vec<runs::Model>, sea_orm::DbErr> {
+pub async fn start_in(
+    db: &impl sea_orm::ConnectionTrait,
+    claimant: &Claimant,
+    run_ids: &[String],
+) -> Result<Vec<runs::Model>, sea_orm::DbErr> {
     let now = now_ms();
     start_update(claimant, now).filter(runs::Column::RunId.is_in(run_ids.iter().map(String::as_str))).exec_with_returning(db).await
 }

@@ -408,7 +408,9 @@ impl Store {
             Arc::new(stop.drop_guard())
         });
         let writer_thread = if sqlite {
-            Some(Arc::new(WriterThread::start().map_err(|e| StoreError::Db(DbErr::Custom(format!("the runs writer thread did not start: {e}"))))?))
+            Some(Arc::new(
+                WriterThread::start().map_err(|e| StoreError::Db(DbErr::Custom(format!("the runs writer thread did not start: {e}"))))?,
+            ))
         } else {
             None
         };
