@@ -188,10 +188,12 @@ pub fn tools(config: &WebConfig) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
         }
     }
     // Built outside the lock: loading TLS roots takes milliseconds, and two runs racing here only
-    // build twice.
+    // build twice; the first to finish is kept, so every run of the configuration shares its clients.
     let tools = build(config, &|name| std::env::var(name).ok())?;
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    built.retain(|(c, _)| c != config);
+    if let Some((_, kept)) = built.iter().find(|(c, _)| c == config) {
+        return Ok(kept.clone());
+    }
     built.push((config.clone(), tools.clone()));
     if built.len() > KEPT {
         built.remove(0);
