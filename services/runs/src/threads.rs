@@ -2,7 +2,7 @@
 //! (busy while a run is active, else from its latest run), so it can never go stale.
 
 use antler_proto::runs::{
-    Checkpoint, ClarificationEvent, EventKind, RunEvent, SortOrder, Thread, ThreadSort, ThreadState, ThreadStatus, run_event,
+    CancelAction, Checkpoint, ClarificationEvent, EventKind, RunEvent, SortOrder, Thread, ThreadSort, ThreadState, ThreadStatus, run_event,
 };
 use prost::Message;
 use sea_orm::sea_query::{Condition, Expr};
@@ -10,6 +10,7 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryF
 
 use crate::engine::Engine;
 use crate::error::RunsError;
+use crate::lifecycle::cancel;
 use crate::status::Status;
 
 use crate::paging;
@@ -282,6 +283,57 @@ pub async fn update_state(
     let mut checkpoint = written;
     checkpoint.messages = Vec::new();
     Ok((checkpoint, find(engine, user_id, thread_id).await?))
+}
+
+/// DeleteThread: with `cancel_active_run`, cancels the thread's active run (INTERRUPT) and waits for
+/// it to end; FAILED_PRECONDITION while a run is still active; then deletes the thread's sandbox
+/// workspace and the thread with its runs ([`delete`]). Returns how many runs were removed.
+pub async fn delete_with_workspace(
+    engine: &Engine,
+    ctx: &antler_kit::CallContext,
+    thread_id: &str,
+    cancel_active_run: bool,
+) -> Result<u64, RunsError> {
+    let user_id = ctx.identity.user_id.as_str();
+    let thread = find(engine, user_id, thread_id).await?;
+    if cancel_active_run && let (_, Some(active)) = status(engine, &thread).await? {
+        cancel::cancel(engine, user_id, thread_id, &active, CancelAction::Interrupt, cancel::CancelCause::Requested).await?;
+        cancel::wait_terminal(engine, &active).await?;
+    }
+    if let (_, Some(active)) = status(engine, &thread).await? {
+        return Err(RunsError::FailedPrecondition(format!(
+            "thread {thread_id} has an active run {active}\nhint: cancel it first, or set cancel_active_run"
+        )));
+    }
+    // The workspace first: if the sandbox service cannot be reached, nothing has been deleted yet
+    // and the call can simply be retried.
+    delete_workspace(engine, ctx, thread_id).await?;
+    delete(engine, user_id, thread_id).await
+}
+
+/// Deletes the thread's sandbox (its files, its running commands, the sandbox itself). A thread that
+/// never had a sandbox is fine; an unreachable sandbox service is UNAVAILABLE.
+async fn delete_workspace(engine: &Engine, ctx: &antler_kit::CallContext, thread_id: &str) -> Result<(), RunsError> {
+    use antler_proto::sandbox::ReleaseSandboxRequest;
+    use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
+    let Some(client) = engine.clients.get("sandbox") else { return Ok(()) };
+    let mut grpc = SandboxServiceClient::new(client.channel());
+    let delete = ReleaseSandboxRequest { thread_id: thread_id.to_owned(), terminate_processes: true, delete_workspace: true };
+    match grpc.release_sandbox(client.request(ctx, delete)).await {
+        Ok(_) => Ok(()),
+        Err(status) if status.code() == tonic::Code::NotFound => Ok(()),
+        // No sandbox service at the configured endpoint (a runs-only deployment): nothing to delete.
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            tracing::warn!(thread_id, "no sandbox service at clients.sandbox; the thread's workspace (if any) was not deleted");
+            Ok(())
+        }
+        // UNAVAILABLE with retry-after 1, as the handler answered it before.
+        Err(status) => Err(RunsError::Unavailable(format!(
+            "cannot delete the workspace of thread {thread_id}: the sandbox service answered {:?}: {}",
+            status.code(),
+            status.message()
+        ))),
+    }
 }
 
 /// Deletes a thread with its runs, events, checkpoints, side-effect journal and feedback, and the

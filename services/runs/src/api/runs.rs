@@ -9,8 +9,6 @@ use antler_proto::runs::run_service_server::RunService;
 use antler_proto::runs::*;
 use futures::Stream;
 use prost::Message;
-use sea_orm::sea_query::Condition;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -22,8 +20,8 @@ use crate::error::RunsError;
 use crate::lifecycle::cancel::CancelCause;
 use crate::lifecycle::{admission, cancel};
 use crate::paging;
-use crate::store::entity::{feedback, runs};
-use crate::store::now_ms;
+use crate::run_queries;
+use crate::store::entity::runs;
 use crate::stream::{Subscription, follow, read_page};
 use crate::stream_limits::StreamPermit;
 use crate::threads as thread_domain;
@@ -62,12 +60,7 @@ impl RunApi {
     }
 
     async fn find_run(&self, user: &str, thread_id: &str, run_id: &str) -> Result<runs::Model, RunsError> {
-        runs::Entity::find_by_id(run_id.to_owned())
-            .filter(runs::Column::UserId.eq(user))
-            .one(self.engine.store.db())
-            .await?
-            .filter(|r| thread_id.is_empty() || r.thread_id == thread_id)
-            .ok_or_else(|| RunsError::NotFound(format!("run {run_id}")))
+        run_queries::find(&self.engine, user, thread_id, run_id).await
     }
 
     /// Room for one more event stream of `user` (`runs.max_streams`, `runs.max_streams_per_user`);
@@ -217,15 +210,6 @@ impl RunService for RunApi {
         let req = request.into_inner();
         let page = req.page.unwrap_or_default();
         let size = paging::size(page.page_size, paging::DEFAULT_PAGE, paging::MAX_PAGE);
-        let mut query = runs::Entity::find().filter(runs::Column::UserId.eq(user.as_str()));
-        // An empty thread_id lists all of the caller's runs.
-        if !req.parent_run_id.is_empty() {
-            query = query.filter(runs::Column::ParentRunId.eq(req.parent_run_id.as_str()));
-        } else if !req.thread_id.is_empty() {
-            thread_domain::find(&self.engine, &user, &req.thread_id).await?;
-            query = query.filter(runs::Column::ThreadId.eq(req.thread_id.as_str()));
-        }
-        let mut query = query.order_by_desc(runs::Column::CreatedAt).order_by_desc(runs::Column::RunId).limit(size);
         let mut statuses = Vec::new();
         for (i, status) in req.statuses.iter().enumerate() {
             let status = RunStatus::try_from(*status)
@@ -234,22 +218,9 @@ impl RunService for RunApi {
                 .ok_or_else(|| antler_kit::status::invalid_argument(&format!("statuses[{i}]"), "is not a RunStatus"))?;
             statuses.push(status);
         }
-        if !statuses.is_empty() {
-            query = query.filter(runs::Column::Status.is_in(statuses));
-        }
-        if let Some((at, id)) = paging::decode(&page.page_token, "page.page_token")? {
-            query = query.filter(
-                Condition::any()
-                    .add(runs::Column::CreatedAt.lt(at))
-                    .add(Condition::all().add(runs::Column::CreatedAt.eq(at)).add(runs::Column::RunId.lt(id))),
-            );
-        }
-        let rows = query.all(self.engine.store.db()).await.map_err(RunsError::from)?;
-        let next = if rows.len() as u64 == size {
-            rows.last().map(|r| paging::encode(r.created_at, &r.run_id)).unwrap_or_default()
-        } else {
-            String::new()
-        };
+        // An empty thread_id lists all of the caller's runs.
+        let query = run_queries::ListQuery { parent_run_id: &req.parent_run_id, thread_id: &req.thread_id, statuses };
+        let (rows, next) = run_queries::list(&self.engine, &user, &query, size, &page.page_token).await?;
         Ok(Response::new(ListRunsResponse { runs: rows.iter().map(|r| convert::run(r, false)).collect(), page: page_response(next) }))
     }
 
@@ -327,28 +298,8 @@ impl RunService for RunApi {
             return Err(antler_kit::status::invalid_argument("comment", "is longer than 4000 characters"));
         }
         let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
-        let now = now_ms();
-        let tx = self.engine.store.tx().await.map_err(RunsError::from)?;
-        let existing = feedback::Entity::find_by_id((run.run_id.clone(), user.clone())).one(&*tx).await.map_err(RunsError::from)?;
-        let created = existing.is_none();
-        let model = feedback::Model {
-            run_id: run.run_id.clone(),
-            user_id: user.clone(),
-            feedback_id: existing.as_ref().map(|f| f.feedback_id.clone()).unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
-            thread_id: run.thread_id.clone(),
-            message_id: req.message_id.clone(),
-            rating: req.rating,
-            comment: req.comment.clone(),
-            created_at: existing.as_ref().map(|f| f.created_at).unwrap_or(now),
-            updated_at: now,
-        };
-        let active = feedback::ActiveModel::from(model.clone());
-        if created {
-            feedback::Entity::insert(active).exec_without_returning(&*tx).await.map_err(RunsError::from)?;
-        } else {
-            feedback::Entity::update(sea_orm::ActiveModelTrait::reset_all(active)).exec(&*tx).await.map_err(RunsError::from)?;
-        }
-        tx.commit().await.map_err(RunsError::from)?;
+        let rating = crate::feedback::Rating { message_id: &req.message_id, rating: req.rating, comment: &req.comment };
+        let (model, created) = crate::feedback::submit(&self.engine, &user, &run, &rating).await?;
         let feedback = Feedback {
             feedback_id: model.feedback_id,
             run_id: model.run_id,
@@ -367,10 +318,8 @@ impl RunService for RunApi {
         let req = request.into_inner();
         antler_kit::status::required("run_id", &req.run_id)?;
         let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
-        let tx = self.engine.store.tx().await.map_err(RunsError::from)?;
-        let removed = feedback::Entity::delete_by_id((run.run_id, user)).exec(&*tx).await.map_err(RunsError::from)?;
-        tx.commit().await.map_err(RunsError::from)?;
-        Ok(Response::new(DeleteFeedbackResponse { deleted: removed.rows_affected > 0 }))
+        let deleted = crate::feedback::delete(&self.engine, &user, &run.run_id).await?;
+        Ok(Response::new(DeleteFeedbackResponse { deleted }))
     }
 
     async fn get_token_usage(&self, request: Request<GetTokenUsageRequest>) -> Result<Response<GetTokenUsageResponse>, Status> {
