@@ -1,7 +1,7 @@
 //! The Antler runs service: threads and runs — admission, the start gate, leases, cancellation,
 //! finalization with delivery receipts, and durable event streams.
 //!
-//! Where things happen, by file: admission (`lifecycle/admission.rs`), PENDING → RUNNING
+//! Where things happen, by file: admission (`lifecycle/admission/`, one entry: `admission::admit`), PENDING → RUNNING
 //! (`lifecycle/start.rs`), leases and takeover (`lifecycle/lease.rs`), the terminal transition
 //! (`lifecycle/finalize.rs`), cancellation (`lifecycle/cancel.rs`), the event log (`stream.rs`),
 //! its live fan-out and wake-ups (`hub.rs`, `notify.rs`), executing runs (`worker.rs`), the agents'
@@ -78,7 +78,7 @@ pub async fn mount(
         config::AgentKind::Script => Arc::new(script::ScriptFactory),
         config::AgentKind::Lead => Arc::new(antler_agent::lead::LeadFactory { config: config.lead.clone(), custom: Vec::new() }),
     });
-    let (admitter, admissions) = lifecycle::admitter::Admitter::channel();
+    let (batcher, admissions) = lifecycle::admission::Batcher::channel();
     let engine = Arc::new(engine::Engine {
         store,
         hub: Arc::new(hub::EventHub::new(config.event_buffer as usize)),
@@ -98,7 +98,7 @@ pub async fn mount(
         dead_owners: Default::default(),
         config,
     });
-    tokio::spawn(lifecycle::admitter::run(engine.clone(), admissions).instrument(tracing::info_span!("admitter")));
+    tokio::spawn(lifecycle::admission::run_batcher(engine.clone(), admissions).instrument(tracing::info_span!("admitter")));
     notify::spawn(engine.clone());
     worker::spawn(engine.clone()).await;
     let drain = engine.clone();
@@ -110,7 +110,7 @@ pub async fn mount(
     });
     set.describe(antler_proto::FILE_DESCRIPTOR_SET);
     let threads = api::threads::ThreadApi { engine: engine.clone() };
-    let runs = api::runs::RunApi { engine: engine.clone(), admitter };
+    let runs = api::runs::RunApi { engine: engine.clone(), batcher };
     antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(threads));
     antler_kit::add_service!(set, run_service_server::RunServiceServer::new(runs));
     // A wait as long as the run (bounded by runs.max_run_duration_secs), not cut by the server's

@@ -35,13 +35,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, LocalRun, StopCause};
 use crate::error::RunsError;
-use crate::lifecycle::admission::{self, new_run, new_thread_row};
+use crate::lifecycle::admission;
 use crate::lifecycle::cancel::{self, CancelCause};
 use crate::lifecycle::{Ending, end_by_service, lease, start};
 use crate::status::Status;
-use crate::store::entity::{checkpoints, run_inputs, runs, threads, tool_effects};
+use crate::store::entity::{checkpoints, runs, tool_effects};
 use crate::store::now_ms;
-use crate::stream::{Subscription, Writer, append_many, insert_rows};
+use crate::stream::Subscription;
 
 /// Updates queued for the parent's `task` call before the driver waits (the call reads them as they
 /// come; a full queue makes the driver wait, never the child, which keeps running and writing).
@@ -255,15 +255,10 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
     {
         return Ok(Some((existing, true)));
     }
-    let now = now_ms();
-    let run_id = uuid::Uuid::now_v7().to_string();
-    let mut thread = new_thread_row(&parent.user_id, &run_id, now);
-    thread.parent_thread_id = Some(parent.thread_id.clone());
     // Twice the turns (a model call and a tool round each), so the turn limit comes first.
     let recursion_limit = call.max_turns.saturating_mul(2).saturating_add(2).min(engine.config.recursion_limit_max);
     let max_duration = call.timeout.min(Duration::from_secs(engine.config.max_run_duration_secs));
     let request = CreateRunRequest {
-        thread_id: thread.thread_id.clone(),
         input: vec![Message {
             id: uuid::Uuid::now_v7().to_string(),
             role: Role::User as i32,
@@ -281,7 +276,7 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
             context: parent.context.clone(),
             ..RunConfig::default()
         }),
-        // Names only: the values stay in this replica's vault (shared with the parent's below).
+        // Names only: the values stay in this replica's vault (shared with the parent's by admission).
         secrets: parent.secret_names.iter().map(|name| (name.clone(), String::new())).collect(),
         subagent: Some(SubagentTask {
             parent_run_id: parent.run_id.clone(),
@@ -292,77 +287,35 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
         }),
         ..CreateRunRequest::default()
     };
-    let fingerprint = admission::fingerprint(&request);
-    let planned = new_run(
-        engine,
-        &parent.user_id,
-        &request,
-        &fingerprint,
-        run_id.clone(),
-        &thread.thread_id,
-        None,
-        false,
-        antler_proto::runs::MultitaskStrategy::Reject,
-        now,
-    );
-    let start = Kind::Subagent(antler_agent::lead::tools::task::start_event(
-        &call.task_id,
-        &call.subagent_type,
-        &call.description,
-        &run_id,
-        planned.run.model_name.clone(),
-    ));
     let intent = tool_effects::Model {
         run_id: parent.run_id.clone(),
         tool_call_id: call.task_id.clone(),
         tool_name: "task".to_owned(),
         arguments: antler_kit::redact::redact(&call.arguments).into_owned(),
         attempt: parent.attempt as i32,
-        intent_at: now,
+        intent_at: now_ms(),
         result: None,
         is_error: false,
         result_at: None,
     };
-    let written = engine
-        .store
-        .retry_busy(|| async {
-            let tx = engine.store.tx().await?;
-            // The parent's START event, first: its UPDATE checks that the parent is still this
-            // worker's (as every journal write does), and written here it is durable with the child
-            // (one commit sooner than the `task` call could write it).
-            let Some(announced) =
-                append_many(&*tx, &parent.run_id, &parent.thread_id, Writer::Owner(&engine.worker_id), vec![start.clone()]).await?
-            else {
-                return Ok(None);
-            };
-            // An intent an earlier attempt of the parent wrote stays as it was.
-            tool_effects::Entity::insert(tool_effects::ActiveModel::from(intent.clone()))
-                .on_conflict_do_nothing_on([tool_effects::Column::RunId, tool_effects::Column::ToolCallId])
-                .exec_without_returning(&*tx)
-                .await?;
-            threads::Entity::insert(threads::ActiveModel::from(thread.clone())).exec_without_returning(&*tx).await?;
-            runs::Entity::insert(runs::ActiveModel::from(planned.run.clone())).exec_without_returning(&*tx).await?;
-            if let Some(input) = &planned.input {
-                run_inputs::Entity::insert(run_inputs::ActiveModel::from(input.clone())).exec_without_returning(&*tx).await?;
-            }
-            insert_rows(&*tx, std::slice::from_ref(&planned.first), now).await?;
-            // Started in the same transaction, through the same compare-and-set as every start: the
-            // child is under way one commit sooner (`drive` executes a RUNNING child it admitted).
-            let started = start::start_in(&*tx, &start::Claimant::of(engine), std::slice::from_ref(&run_id)).await?.pop();
-            tx.commit().await?;
-            Ok::<_, RunsError>(Some((started, announced)))
-        })
-        .await;
-    match written {
-        Ok(None) => Ok(None),
-        Ok(Some((started, announced))) => {
-            engine.secrets.share(&parent.run_id, &run_id);
-            engine.hub.publish(&announced);
-            engine.hub.publish(std::slice::from_ref(&planned.first));
-            metrics::counter!("antler_runs_admitted_total", "strategy" => "SUBAGENT").increment(1);
-            start::count_started(usize::from(started.is_some()));
-            Ok(Some((started.unwrap_or(planned.run), false)))
-        }
+    let order = admission::ChildOrder {
+        user_id: &parent.user_id,
+        parent_run_id: &parent.run_id,
+        parent_thread_id: &parent.thread_id,
+        request,
+        intent,
+    };
+    let announce = |run_id: &str, model_name: String| {
+        Kind::Subagent(antler_agent::lead::tools::task::start_event(
+            &call.task_id,
+            &call.subagent_type,
+            &call.description,
+            run_id,
+            model_name,
+        ))
+    };
+    match admission::admit_child(engine, order, announce).await {
+        Ok(child) => Ok(child.map(|run| (run, false))),
         // Admitted meanwhile by another attempt of the parent: that one is the child.
         Err(RunsError::Store(e)) if e.is_unique_violation() => match find().await? {
             Some(existing) => Ok(Some((existing, true))),

@@ -31,31 +31,13 @@ type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 #[derive(Debug, Clone)]
 pub struct RunApi {
     pub engine: Arc<Engine>,
-    /// Group commit of admissions (see `lifecycle::admitter`).
-    pub admitter: crate::lifecycle::admitter::Admitter,
+    /// Group commit of admissions (see `lifecycle::admission::Batcher`).
+    pub batcher: admission::Batcher,
 }
 
 impl RunApi {
     async fn admit(&self, ctx: &CallContext, req: CreateRunRequest) -> Result<(runs::Model, bool), Status> {
-        let result = self.admit_request(ctx, req).await;
-        metrics::counter!("antler_run_admissions_total", "outcome" => admission_outcome(&result)).increment(1);
-        result
-    }
-
-    async fn admit_request(&self, ctx: &CallContext, mut req: CreateRunRequest) -> Result<(runs::Model, bool), Status> {
-        if req.subagent.is_some() {
-            return Err(RunsError::invalid(
-                "subagent",
-                "is set by the runs service on the child runs of a `task` call; a client cannot create one\nhint: enable config.subagents_enabled and let the lead agent delegate",
-            )
-            .into());
-        }
-        admission::sanitise(&self.engine, &mut req)?;
-        crate::lifecycle::resume::apply(&self.engine, &ctx.identity.user_id, &mut req).await?;
-        let model = req.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
-        admission::check_model(&self.engine, ctx, &model).await?;
-        let (admitted, effects) = self.admitter.create_or_reject(&self.engine, &ctx.identity.user_id, &req).await?;
-        admission::apply(&self.engine, effects);
+        let admitted = admission::admit(&self.engine, &self.batcher, ctx, req).await?;
         Ok((admitted.run, admitted.reused))
     }
 
@@ -108,20 +90,6 @@ impl RunApi {
             }
         });
         ReceiverStream::new(rx)
-    }
-}
-
-/// The `outcome` label of `antler_run_admissions_total`: a fixed word per way an admission can end.
-fn admission_outcome(result: &Result<(runs::Model, bool), Status>) -> &'static str {
-    match result {
-        Ok((_, false)) => "admitted",
-        Ok((_, true)) => "reused",
-        Err(status) => match status.code() {
-            tonic::Code::FailedPrecondition | tonic::Code::Aborted | tonic::Code::AlreadyExists => "rejected",
-            tonic::Code::InvalidArgument | tonic::Code::NotFound | tonic::Code::PermissionDenied | tonic::Code::OutOfRange => "invalid",
-            tonic::Code::ResourceExhausted | tonic::Code::Unavailable => "shed",
-            _ => "error",
-        },
     }
 }
 

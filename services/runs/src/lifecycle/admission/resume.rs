@@ -27,7 +27,7 @@ pub async fn apply(engine: &Engine, user_id: &str, req: &mut CreateRunRequest) -
     let pending = pending(engine, user_id, &req.thread_id).await?;
     // A retry of an answer already admitted: the idempotency key finds that run (the fingerprint
     // ignores the input written from the answer), although the clarification is no longer pending.
-    if pending.is_none() && super::admission::find_by_key(engine, user_id, &req.idempotency_key).await?.is_some() {
+    if pending.is_none() && super::one::find_by_key(engine, user_id, &req.idempotency_key).await?.is_some() {
         return Ok(());
     }
     let pending = pending.ok_or_else(|| {
