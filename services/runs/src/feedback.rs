@@ -20,7 +20,7 @@ pub struct Rating<'a> {
 /// time). Returns the stored row and whether it is new.
 pub async fn submit(engine: &Engine, user: &str, run: &runs::Model, rating: &Rating<'_>) -> Result<(feedback::Model, bool), RunsError> {
     let now = now_ms();
-    let tx = engine.store.tx().await?;
+    let tx = engine.store().tx().await?;
     let existing = feedback::Entity::find_by_id((run.run_id.clone(), user.to_owned())).one(&*tx).await?;
     let created = existing.is_none();
     let model = feedback::Model {
@@ -46,7 +46,7 @@ pub async fn submit(engine: &Engine, user: &str, run: &runs::Model, rating: &Rat
 
 /// Removes `user`'s feedback on `run_id`; whether there was one.
 pub async fn delete(engine: &Engine, user: &str, run_id: &str) -> Result<bool, RunsError> {
-    let tx = engine.store.tx().await?;
+    let tx = engine.store().tx().await?;
     let removed = feedback::Entity::delete_by_id((run_id.to_owned(), user.to_owned())).exec(&*tx).await?;
     tx.commit().await?;
     Ok(removed.rows_affected > 0)

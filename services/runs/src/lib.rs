@@ -41,7 +41,6 @@ pub mod usage;
 pub mod worker;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use antler_kit::ServiceSet;
 use antler_kit::cli::{BoxError, RegisterFuture, Registration, ServiceContext};
@@ -79,34 +78,16 @@ pub async fn mount(
         config::AgentKind::Lead => Arc::new(antler_agent::lead::LeadFactory { config: config.lead.clone(), custom: Vec::new() }),
     });
     let (batcher, admissions) = lifecycle::admission::Batcher::channel();
-    let engine = Arc::new(engine::Engine {
-        store,
-        hub: Arc::new(hub::EventHub::new(config.event_buffer as usize)),
-        worker_id,
-        clients: ctx.clients.clone(),
-        agents,
-        local: Default::default(),
-        wake: Default::default(),
-        permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_runs as usize)),
-        shutdown: ctx.shutdown.child_token(),
-        constructed: AtomicU64::new(0),
-        secrets: Default::default(),
-        backlog: Default::default(),
-        user_runs: Default::default(),
-        streams: stream_limits::StreamLimits::new(config.max_streams, config.max_streams_per_user),
-        takeovers_waiting: Default::default(),
-        dead_owners: Default::default(),
-        config,
-    });
+    let engine = Arc::new(engine::Engine::new(store, config, worker_id, ctx.clients.clone(), agents, ctx.shutdown.child_token()));
     tokio::spawn(lifecycle::admission::run_batcher(engine.clone(), admissions).instrument(tracing::info_span!("admitter")));
     notify::spawn(engine.clone());
     worker::spawn(engine.clone()).await;
     let drain = engine.clone();
     set.on_drain(async move {
-        drain.shutdown.cancelled().await;
+        drain.until_shutdown().await;
         worker::drain(drain.clone()).await;
         lifecycle::liveness::retire(&drain).await;
-        drain.store.checkpoint_on_shutdown().await;
+        drain.store().checkpoint_on_shutdown().await;
     });
     set.describe(antler_proto::FILE_DESCRIPTOR_SET);
     let threads = api::threads::ThreadApi { engine: engine.clone() };

@@ -51,7 +51,7 @@ pub fn parse(payload: &str) -> Option<Note<'_>> {
 /// Starts this replica's listener (PostgreSQL) and safety poll; both stop at shutdown.
 pub fn spawn(engine: Arc<Engine>) {
     use tracing::Instrument;
-    if engine.store.backend() == DbBackend::Postgres {
+    if engine.store().backend() == DbBackend::Postgres {
         tokio::spawn(listen(engine.clone()).instrument(tracing::info_span!("notify_listener")));
     }
     tokio::spawn(safety_poll(engine).instrument(tracing::info_span!("safety_poll")));
@@ -62,7 +62,7 @@ fn handle(engine: &Engine, payload: &str) {
     match parse(payload) {
         Some(Note::Events { run_id, seq, end }) => {
             metrics::counter!("antler_runs_notifications_total", "kind" => "events").increment(1);
-            engine.hub.stored(run_id, seq, end, None);
+            engine.hub().stored(run_id, seq, end, None);
         }
         Some(Note::Cancel { run_id }) => {
             metrics::counter!("antler_runs_notifications_total", "kind" => "cancel").increment(1);
@@ -79,8 +79,8 @@ fn handle(engine: &Engine, payload: &str) {
 /// executing here that a missed notification may have carried.
 async fn resync(engine: &Engine) {
     metrics::counter!("antler_runs_notifications_total", "kind" => "resync").increment(1);
-    engine.hub.resync_all();
-    let local: Vec<String> = engine.local.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+    engine.hub().resync_all();
+    let local: Vec<String> = engine.local_runs().into_iter().map(|(run_id, _)| run_id).collect();
     for chunk in local.chunks(POLL_CHUNK) {
         let cancelled: Result<Vec<String>, _> = runs::Entity::find()
             .select_only()
@@ -88,7 +88,7 @@ async fn resync(engine: &Engine) {
             .filter(runs::Column::RunId.is_in(chunk.iter().map(String::as_str)))
             .filter(runs::Column::CancelAction.is_not_null())
             .into_tuple()
-            .all(engine.store.db())
+            .all(engine.store().db())
             .await;
         match cancelled {
             Ok(ids) => ids.iter().filter_map(|id| engine.local_run(id)).for_each(|local| local.stop(StopCause::Cancel)),
@@ -103,7 +103,7 @@ async fn resync(engine: &Engine) {
 async fn listen(engine: Arc<Engine>) {
     use sea_orm::sqlx::postgres::PgListener;
     let channel = crate::store::migration::NOTIFY_CHANNEL;
-    let url = engine.config.database.url.clone();
+    let url = engine.config().database.url.clone();
     let mut listener: Option<PgListener> = None;
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -124,7 +124,7 @@ async fn listen(engine: Arc<Engine>) {
                     tracing::warn!(%error, retry_in_ms = backoff.as_millis() as u64, "cannot LISTEN for wake-ups; the safety poll covers meanwhile");
                     tokio::select! {
                         () = tokio::time::sleep(backoff) => {}
-                        () = engine.shutdown.cancelled() => return,
+                        () = engine.until_shutdown() => return,
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
@@ -145,7 +145,7 @@ async fn listen(engine: Arc<Engine>) {
                     listener = None;
                 }
             },
-            () = engine.shutdown.cancelled() => return,
+            () = engine.until_shutdown() => return,
         }
     }
 }
@@ -156,15 +156,15 @@ const POLL_CHUNK: usize = 500;
 /// Every `runs.safety_poll_ms`: one read of `(last_seq, status)` for all runs watched here, waking the
 /// watchers of those that moved on without a wake-up (and refreshing the status heartbeats report).
 async fn safety_poll(engine: Arc<Engine>) {
-    let mut every = tokio::time::interval(Duration::from_millis(engine.config.safety_poll_ms));
+    let mut every = tokio::time::interval(Duration::from_millis(engine.config().safety_poll_ms));
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     every.tick().await;
     loop {
         tokio::select! {
             _ = every.tick() => {}
-            () = engine.shutdown.cancelled() => return,
+            () = engine.until_shutdown() => return,
         }
-        let watched = engine.hub.watched();
+        let watched = engine.hub().watched();
         if watched.is_empty() {
             continue;
         }
@@ -195,7 +195,7 @@ async fn poll_once(engine: &Engine, watched: &[String]) -> Result<bool, crate::e
             .column(runs::Column::Status)
             .filter(runs::Column::RunId.is_in(chunk.iter().map(String::as_str)))
             .into_tuple()
-            .all(engine.store.db())
+            .all(engine.store().db())
             .await?;
         let rows: HashMap<String, (i64, Status)> = rows.into_iter().map(|(id, seq, status)| (id, (seq, status))).collect();
         for run_id in chunk {
@@ -204,7 +204,7 @@ async fn poll_once(engine: &Engine, watched: &[String]) -> Result<bool, crate::e
                 // Deleted with its thread: nothing more will come.
                 None => (0, true, None),
             };
-            found |= engine.hub.polled(run_id, seq, end, status);
+            found |= engine.hub().polled(run_id, seq, end, status);
         }
     }
     Ok(found)

@@ -14,7 +14,7 @@ use crate::store::entity::runs;
 pub async fn find(engine: &Engine, user: &str, thread_id: &str, run_id: &str) -> Result<runs::Model, RunsError> {
     runs::Entity::find_by_id(run_id.to_owned())
         .filter(runs::Column::UserId.eq(user))
-        .one(engine.store.db())
+        .one(engine.store().db())
         .await?
         .filter(|r| thread_id.is_empty() || r.thread_id == thread_id)
         .ok_or_else(|| RunsError::NotFound(format!("run {run_id}")))
@@ -57,7 +57,7 @@ pub async fn list(
                 .add(Condition::all().add(runs::Column::CreatedAt.eq(at)).add(runs::Column::RunId.lt(id))),
         );
     }
-    let rows = query.all(engine.store.db()).await?;
+    let rows = query.all(engine.store().db()).await?;
     let next = if rows.len() as u64 == size {
         rows.last().map(|r| paging::encode(r.created_at, &r.run_id)).unwrap_or_default()
     } else {

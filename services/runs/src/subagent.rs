@@ -122,7 +122,7 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
         }
         let read = match known.take() {
             Some(run) => Ok(Some(run)),
-            None => runs::Entity::find_by_id(child_id.clone()).one(engine.store.db()).await,
+            None => runs::Entity::find_by_id(child_id.clone()).one(engine.store().db()).await,
         };
         let run = match read {
             Ok(Some(run)) => run,
@@ -245,7 +245,7 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
         runs::Entity::find()
             .filter(runs::Column::ParentRunId.eq(parent.run_id.as_str()))
             .filter(runs::Column::ParentTaskId.eq(call.task_id.as_str()))
-            .one(engine.store.db())
+            .one(engine.store().db())
             .await
     };
     // Only an earlier attempt of the parent can have admitted this task's child; on the first, a
@@ -256,8 +256,8 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
         return Ok(Some((existing, true)));
     }
     // Twice the turns (a model call and a tool round each), so the turn limit comes first.
-    let recursion_limit = call.max_turns.saturating_mul(2).saturating_add(2).min(engine.config.recursion_limit_max);
-    let max_duration = call.timeout.min(Duration::from_secs(engine.config.max_run_duration_secs));
+    let recursion_limit = call.max_turns.saturating_mul(2).saturating_add(2).min(engine.config().recursion_limit_max);
+    let max_duration = call.timeout.min(Duration::from_secs(engine.config().max_run_duration_secs));
     let request = CreateRunRequest {
         input: vec![Message {
             id: uuid::Uuid::now_v7().to_string(),
@@ -339,12 +339,12 @@ async fn next_attempt(engine: &Engine, run: &runs::Model) -> Result<Option<(runs
         // Still winding down here (an earlier execution of this driver).
         return Ok(None);
     }
-    let expired_before = now_ms() - engine.config.grace().as_millis() as i64;
+    let expired_before = now_ms() - engine.config().grace().as_millis() as i64;
     if run.lease_expires_at.is_some_and(|at| at >= expired_before) {
         return Ok(None);
     }
-    let tx = engine.store.tx().await?;
-    let ended = if run.status == Status::Finalizing || run.cancel_action.is_some() || run.attempt >= engine.config.max_attempts as i32 {
+    let tx = engine.store().tx().await?;
+    let ended = if run.status == Status::Finalizing || run.cancel_action.is_some() || run.attempt >= engine.config().max_attempts as i32 {
         // The sweeper's rules (it closes these children too): nothing to execute.
         let ending = if run.cancel_action.is_some() {
             cancel::ending_of(run)
@@ -360,7 +360,8 @@ async fn next_attempt(engine: &Engine, run: &runs::Model) -> Result<Option<(runs
                 code: "max_attempts_exceeded".to_owned(),
                 message: format!(
                     "the subagent run was taken over {} times without finishing (runs.max_attempts = {})",
-                    run.attempt, engine.config.max_attempts
+                    run.attempt,
+                    engine.config().max_attempts
                 ),
                 retryable: false,
                 details: None,
@@ -372,13 +373,13 @@ async fn next_attempt(engine: &Engine, run: &runs::Model) -> Result<Option<(runs
         let claimed = lease::claim(&*tx, engine, run, expired_before).await?;
         tx.commit().await?;
         return Ok(claimed.map(|(model, event)| {
-            engine.hub.publish(&[event]);
+            engine.hub().publish(&[event]);
             (model, true)
         }));
     };
     tx.commit().await?;
     if let Some(end) = ended {
-        engine.hub.publish(&[end]);
+        engine.hub().publish(&[end]);
     }
     Ok(None)
 }
@@ -421,7 +422,7 @@ async fn forward_steps(engine: Arc<Engine>, child: runs::Model, after_seq: u64, 
         // No client reads this stream: heartbeats only cost a wake-up.
         heartbeat: Duration::from_secs(3600),
     };
-    let follow = tokio::spawn(crate::stream::follow(engine.store.clone(), engine.hub.clone(), subscription, out));
+    let follow = tokio::spawn(crate::stream::follow(engine.store().clone(), engine.hub().clone(), subscription, out));
     while let Some(Ok(event)) = events.recv().await {
         match event.kind {
             Some(Kind::Message(m)) => {
@@ -480,10 +481,10 @@ async fn final_answer(engine: &Engine, run_id: &str) -> Result<String, RunsError
         .filter(checkpoints::Column::RunId.eq(run_id))
         .order_by_desc(checkpoints::Column::CreatedAt)
         .order_by_desc(checkpoints::Column::CheckpointId)
-        .one(engine.store.db())
+        .one(engine.store().db())
         .await?;
     let Some(row) = row else { return Ok(String::new()) };
-    let (checkpoint, _) = crate::checkpoints::read(engine.store.db(), &row, true).await?;
+    let (checkpoint, _) = crate::checkpoints::read(engine.store().db(), &row, true).await?;
     Ok(checkpoint
         .messages
         .iter()

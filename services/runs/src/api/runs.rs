@@ -51,7 +51,7 @@ impl RunApi {
         if antler_kit::limit::is_internal_call(request) {
             return Ok(None);
         }
-        Ok(Some(self.engine.streams.acquire(user)?))
+        Ok(Some(self.engine.streams().acquire(user)?))
     }
 
     /// Streams a run's events to the client; when the client goes away before the run ends and
@@ -72,17 +72,17 @@ impl RunApi {
             thread_id: run.thread_id.clone(),
             after_seq,
             kinds,
-            heartbeat: Duration::from_secs(self.engine.config.heartbeat_secs),
+            heartbeat: Duration::from_secs(self.engine.config().heartbeat_secs),
         };
         let engine = self.engine.clone();
         let (run_id, thread_id) = (run.run_id.clone(), run.thread_id.clone());
         tokio::spawn(async move {
-            let ended = follow(engine.store.clone(), engine.hub.clone(), sub, tx).await;
+            let ended = follow(engine.store().clone(), engine.hub().clone(), sub, tx).await;
             // The stream is over: its room is free again.
             drop(permit);
             // A stream closed by this server's shutdown is not the client going away: the run is
             // handed on (drain) and the client reconnects, so it is not cancelled.
-            if !ended && cancel_on_disconnect && !engine.shutdown.is_cancelled() {
+            if !ended && cancel_on_disconnect && !engine.shutting_down() {
                 match cancel::cancel(&engine, &user, &thread_id, &run_id, CancelAction::Interrupt, CancelCause::ClientDisconnected).await {
                     Ok(_) => tracing::info!(run_id, "client disconnected; run cancelled (on_disconnect = CANCEL)"),
                     Err(error) => tracing::debug!(run_id, %error, "client disconnected; nothing to cancel"),
@@ -250,7 +250,7 @@ impl RunService for RunApi {
             }
         }
         let task_id = (!req.task_id.is_empty()).then_some(req.task_id.as_str());
-        let events = read_page(&self.engine.store, &run.run_id, after, &req.kinds, task_id, size).await?;
+        let events = read_page(self.engine.store(), &run.run_id, after, &req.kinds, task_id, size).await?;
         let next = if events.len() as u64 == size { events.last().map(|e| e.seq.to_string()).unwrap_or_default() } else { String::new() };
         Ok(Response::new(ListRunEventsResponse { events, page: page_response(next), run_status: run.status.to_proto() as i32 }))
     }

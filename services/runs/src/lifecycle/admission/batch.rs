@@ -79,7 +79,7 @@ pub async fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>) {
     loop {
         let first = tokio::select! {
             job = jobs.recv() => match job { Some(job) => job, None => return },
-            () = engine.shutdown.cancelled() => return,
+            () = engine.until_shutdown() => return,
         };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -115,7 +115,7 @@ enum Plan {
 }
 
 async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, RunsError> {
-    let tx = engine.store.tx_for(Priority::Admission).await?;
+    let tx = engine.store().tx_for(Priority::Admission).await?;
     let now = now_ms();
 
     // Runs that already hold this batch's idempotency keys: one query.
@@ -123,19 +123,19 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
         batch.iter().filter(|j| !j.req.idempotency_key.is_empty()).map(|j| (j.user_id.as_str(), j.req.idempotency_key.as_str())).collect();
     let mut existing: HashMap<(String, String), runs::Model> = HashMap::new();
     if !keyed.is_empty() {
-        for run in runs::Entity::find().from_raw_sql(keys_query(engine.store.backend(), &keyed)).all(&*tx).await? {
+        for run in runs::Entity::find().from_raw_sql(keys_query(engine.store().backend(), &keyed)).all(&*tx).await? {
             if let Some(key) = run.idempotency_key.clone() {
                 existing.insert((run.user_id.clone(), key), run);
             }
         }
     }
-    let limit = engine.config.max_pending_runs;
-    let mut pending = if limit > 0 { engine.backlog.pending(&*tx).await? } else { 0 };
+    let limit = engine.config().max_pending_runs;
+    let mut pending = if limit > 0 { engine.backlog().pending(&*tx).await? } else { 0 };
     // Per-user caps: each user's counts read once for the batch, then followed through it.
     let mut per_user: HashMap<&str, user_caps::Counts> = HashMap::new();
     for job in batch {
         if !per_user.contains_key(job.user_id.as_str()) {
-            per_user.insert(&job.user_id, engine.user_runs.counts(&engine.config, &*tx, &job.user_id).await?);
+            per_user.insert(&job.user_id, engine.user_runs().counts(engine.config(), &*tx, &job.user_id).await?);
         }
     }
 
@@ -159,7 +159,7 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
             continue;
         }
         let counts = per_user.entry(&job.user_id).or_default();
-        if let Err(refused) = user_caps::check(&engine.config, *counts) {
+        if let Err(refused) = user_caps::check(engine.config(), *counts) {
             plans.push(Plan::Done(Box::new(Err(refused))));
             continue;
         }
@@ -196,19 +196,19 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
         plans.iter().filter_map(|p| if let Plan::Create(n) = p { Some(n.run.run_id.clone()) } else { None }).collect();
     for (job, plan) in batch.iter().zip(&plans) {
         if let Plan::Create(planned) = plan {
-            engine.secrets.keep(&planned.run.run_id, job.req.secrets.clone().into_iter().collect());
+            engine.secrets().keep(&planned.run.run_id, job.req.secrets.clone().into_iter().collect());
         }
     }
     if let Err(error) = tx.commit().await {
         for run_id in &created {
-            engine.secrets.forget(run_id);
+            engine.secrets().forget(run_id);
         }
         return Err(error.into());
     }
-    engine.backlog.admitted(created.len() as u64);
+    engine.backlog().admitted(created.len() as u64);
     for (job, plan) in batch.iter().zip(&plans) {
         if matches!(plan, Plan::Create(_)) {
-            engine.user_runs.admitted(&job.user_id, 1);
+            engine.user_runs().admitted(&job.user_id, 1);
         }
     }
 

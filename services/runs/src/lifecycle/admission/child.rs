@@ -50,14 +50,14 @@ pub async fn admit_child(
     let planned = new_run(engine, user_id, &request, &fingerprint, run_id.clone(), &thread.thread_id, None, false, strategy, now);
     let start = announce(&run_id, planned.run.model_name.clone());
     let written = engine
-        .store
+        .store()
         .retry_busy(|| async {
-            let tx = engine.store.tx().await?;
+            let tx = engine.store().tx().await?;
             // The parent's START event, first: its UPDATE checks that the parent is still this
             // worker's (as every journal write does), and written here it is durable with the child
             // (one commit sooner than the `task` call could write it).
             let Some(announced) =
-                append_many(&*tx, parent_run_id, parent_thread_id, Writer::Owner(&engine.worker_id), vec![start.clone()]).await?
+                append_many(&*tx, parent_run_id, parent_thread_id, Writer::Owner(engine.worker_id()), vec![start.clone()]).await?
             else {
                 return Ok(None);
             };
@@ -81,9 +81,9 @@ pub async fn admit_child(
         })
         .await?;
     let Some((started, announced)) = written else { return Ok(None) };
-    engine.secrets.share(parent_run_id, &run_id);
-    engine.hub.publish(&announced);
-    engine.hub.publish(std::slice::from_ref(&planned.first));
+    engine.secrets().share(parent_run_id, &run_id);
+    engine.hub().publish(&announced);
+    engine.hub().publish(std::slice::from_ref(&planned.first));
     metrics::counter!("antler_runs_admitted_total", "strategy" => "SUBAGENT").increment(1);
     start::count_started(usize::from(started.is_some()));
     Ok(Some(started.unwrap_or(planned.run)))

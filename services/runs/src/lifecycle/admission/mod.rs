@@ -87,13 +87,13 @@ async fn create_or_reject(
 
 /// Publishes what admission committed, stops superseded local runs and wakes the dispatcher.
 fn apply(engine: &Engine, effects: Effects) {
-    engine.hub.publish(&effects.events);
+    engine.hub().publish(&effects.events);
     for run_id in effects.superseded {
         if let Some(local) = engine.local_run(&run_id) {
             local.stop(StopCause::Cancel);
         }
     }
-    engine.wake.notify_one();
+    engine.wake_dispatcher();
 }
 
 /// The `outcome` label of `antler_run_admissions_total`: a fixed word per way an admission can end

@@ -27,7 +27,7 @@ pub(crate) async fn create_or_reject_one(
     let mut attempts = 0;
     loop {
         attempts += 1;
-        match engine.store.retry_busy(|| try_admit(engine, user_id, req, fp)).await {
+        match engine.store().retry_busy(|| try_admit(engine, user_id, req, fp)).await {
             Ok(Attempt::Admitted(admitted, effects)) => return Ok((*admitted, effects)),
             // A state update (a rename) moved the thread's head while this admission read it: the
             // transaction was rolled back; the next attempt starts from the new head.
@@ -85,7 +85,7 @@ pub(crate) async fn find_by_key(engine: &Engine, user_id: &str, key: &str) -> Re
     Ok(runs::Entity::find()
         .filter(runs::Column::UserId.eq(user_id))
         .filter(runs::Column::IdempotencyKey.eq(key))
-        .one(engine.store.db())
+        .one(engine.store().db())
         .await?)
 }
 
@@ -110,7 +110,7 @@ pub(crate) fn reuse(existing: runs::Model, fp: &str) -> Result<Admitted, RunsErr
 /// One admission transaction, step by step; each step reads or writes inside `tx`, and a refusal
 /// returns before the commit (so it writes nothing).
 async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &str) -> Result<Attempt, RunsError> {
-    let tx = engine.store.tx_for(crate::store::Priority::Admission).await?;
+    let tx = engine.store().tx_for(crate::store::Priority::Admission).await?;
     let now = now_ms();
     let mut effects = Effects::default();
     if let Some(existing) = reused_by_key(&*tx, user_id, req, fp).await? {
@@ -164,14 +164,14 @@ async fn reused_by_key(tx: &impl ConnectionTrait, user_id: &str, req: &CreateRun
 
 /// `runs.max_pending_runs` and the per-user caps: RESOURCE_EXHAUSTED when one is reached.
 async fn check_capacity(engine: &Engine, tx: &impl ConnectionTrait, user_id: &str) -> Result<(), RunsError> {
-    let limit = engine.config.max_pending_runs;
+    let limit = engine.config().max_pending_runs;
     if limit > 0 {
-        let pending = engine.backlog.pending(tx).await?;
+        let pending = engine.backlog().pending(tx).await?;
         if pending >= limit {
             return Err(backlog_full(pending, limit));
         }
     }
-    user_caps::check(&engine.config, engine.user_runs.counts(&engine.config, tx, user_id).await?)
+    user_caps::check(engine.config(), engine.user_runs().counts(engine.config(), tx, user_id).await?)
 }
 
 /// The run's thread: an existing one of this user, or a new one when no id was given (which can have
@@ -295,10 +295,10 @@ async fn check_queue(engine: &Engine, tx: &impl ConnectionTrait, user_id: &str, 
         .filter(runs::Column::Queued.eq(true))
         .count(tx)
         .await?;
-    if waiting >= u64::from(engine.config.max_queued_per_thread) {
+    if waiting >= u64::from(engine.config().max_queued_per_thread) {
         return Err(RunsError::ResourceExhausted(format!(
             "thread {thread_id} already has {waiting} queued runs; the limit is {} (runs.max_queued_per_thread)",
-            engine.config.max_queued_per_thread
+            engine.config().max_queued_per_thread
         )));
     }
     Ok(())
@@ -342,12 +342,12 @@ async fn head_moved(tx: &impl ConnectionTrait, thread: &threads::Model) -> Resul
 /// Keeps the run's request secrets (before the commit: once committed, the dispatcher may start the
 /// run at any moment), commits, and counts the run in the backlog and its user's caps.
 async fn commit(engine: &Engine, tx: WriteTx, user_id: &str, run_id: &str, req: &CreateRunRequest) -> Result<(), RunsError> {
-    engine.secrets.keep(run_id, req.secrets.clone().into_iter().collect());
+    engine.secrets().keep(run_id, req.secrets.clone().into_iter().collect());
     if let Err(error) = tx.commit().await {
-        engine.secrets.forget(run_id);
+        engine.secrets().forget(run_id);
         return Err(error.into());
     }
-    engine.backlog.admitted(1);
-    engine.user_runs.admitted(user_id, 1);
+    engine.backlog().admitted(1);
+    engine.user_runs().admitted(user_id, 1);
     Ok(())
 }

@@ -22,7 +22,7 @@ pub const LANGGRAPH_STREAM_MODES: [&str; 5] = ["values", "updates", "messages-tu
 
 /// Validates and sanitises a request in place (no I/O). Errors name the field and the limit.
 pub fn sanitise(engine: &Engine, req: &mut CreateRunRequest) -> Result<(), RunsError> {
-    let cfg = &engine.config;
+    let cfg = engine.config();
     let size = req.encoded_len();
     if size > cfg.max_request_bytes as usize {
         return Err(RunsError::ResourceExhausted(format!(
@@ -180,7 +180,7 @@ pub async fn check_model(engine: &Engine, ctx: &CallContext, model_name: &str) -
     if model_name.is_empty() {
         return Ok(());
     }
-    let Some(client) = engine.clients.get("models") else {
+    let Some(client) = engine.clients().get("models") else {
         return Err(RunsError::Unavailable("no models client configured".to_owned()));
     };
     let listed = client
