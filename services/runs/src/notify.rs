@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use antler_kit::backoff::Backoff;
 use sea_orm::{ColumnTrait, DbBackend, EntityTrait, QueryFilter, QuerySelect};
 
 use crate::engine::{Engine, StopCause};
@@ -98,6 +99,10 @@ async fn resync(engine: &Engine) {
     }
 }
 
+/// The listener's reconnection backoff: 100 ms doubling to 5 s, no limit (the safety poll covers
+/// meanwhile).
+const LISTEN_BACKOFF: Backoff = Backoff::doubling(Duration::from_millis(100), Duration::from_secs(5));
+
 /// The listener: one connection per replica, LISTENing on the channel of the triggers. Reconnects
 /// with backoff (100 ms doubling to 5 s) and resynchronises after every (re)connection.
 async fn listen(engine: Arc<Engine>) {
@@ -105,7 +110,8 @@ async fn listen(engine: Arc<Engine>) {
     let channel = crate::store::migration::NOTIFY_CHANNEL;
     let url = engine.config().database.url.clone();
     let mut listener: Option<PgListener> = None;
-    let mut backoff = Duration::from_millis(100);
+    // Failed connection attempts in a row (the backoff grows with them; a connection resets it).
+    let mut failures = 0u32;
     loop {
         let Some(connected) = listener.as_mut() else {
             let attempt = async {
@@ -117,16 +123,17 @@ async fn listen(engine: Arc<Engine>) {
                 Ok(l) => {
                     tracing::info!(channel, "listening for wake-ups");
                     listener = Some(l);
-                    backoff = Duration::from_millis(100);
+                    failures = 0;
                     resync(&engine).await;
                 }
                 Err(error) => {
+                    failures = failures.saturating_add(1);
+                    let backoff = LISTEN_BACKOFF.delay(failures);
                     tracing::warn!(%error, retry_in_ms = backoff.as_millis() as u64, "cannot LISTEN for wake-ups; the safety poll covers meanwhile");
                     tokio::select! {
                         () = tokio::time::sleep(backoff) => {}
                         () = engine.until_shutdown() => return,
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
             continue;

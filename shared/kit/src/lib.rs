@@ -4,6 +4,7 @@
 //! the command line every service binary accepts ([`cli`]).
 
 pub mod auth;
+pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod config;

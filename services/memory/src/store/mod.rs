@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use antler_kit::backoff::Backoff;
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqlErr, Statement,
     TransactionTrait,
@@ -103,18 +104,17 @@ impl Store {
         let writer = if sqlite { Some(Database::connect(writer_options).await?) } else { None };
         let store = Self { db, writer, write_lock: sqlite.then(Default::default) };
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
-        let mut attempt = 0;
-        loop {
-            match migration::Migrator::up(store.writer.as_ref().unwrap_or(&store.db), None).await {
-                Ok(()) => break,
-                Err(error) if attempt < 5 => {
-                    attempt += 1;
+        // 5 retries, 200 ms more each time.
+        Backoff::linear(Duration::from_millis(200))
+            .with_retries(5)
+            .retry(
+                || migration::Migrator::up(store.writer.as_ref().unwrap_or(&store.db), None),
+                |error, attempt, delay| {
                     tracing::warn!(%error, attempt, "memory migration failed; retrying (another replica may be migrating)");
-                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
+                    Some(delay)
+                },
+            )
+            .await?;
         tracing::info!(backend = ?store.backend(), "memory database ready");
         Ok(store)
     }

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use antler_kit::backoff::Backoff;
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqlErr, TransactionTrait,
 };
@@ -416,18 +417,15 @@ impl Store {
         };
         let store = Self { db, control, writer, write_slot, writer_thread, checkpoints, _checkpointer: checkpointer.or(statistics) };
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
-        let mut attempt = 0;
-        loop {
-            match migration::Migrator::up(&store.db, None).await {
-                Ok(()) => break,
-                Err(error) if attempt < 5 => {
-                    attempt += 1;
+        MIGRATION_RETRY
+            .retry(
+                || migration::Migrator::up(&store.db, None),
+                |error, attempt, delay| {
                     tracing::warn!(%error, attempt, "migration failed; retrying (another replica may be migrating)");
-                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
+                    Some(delay)
+                },
+            )
+            .await?;
         tracing::info!(backend = ?store.backend(), "runs database ready");
         Ok(store)
     }
@@ -530,27 +528,29 @@ impl Store {
 
     /// Runs `op` again (up to 5 times, 50 ms doubling to 1 s) when SQLite reports a lock held by
     /// another process.
-    pub async fn retry_busy<T, E, F, Fut>(&self, mut op: F) -> Result<T, E>
+    pub async fn retry_busy<T, E, F, Fut>(&self, op: F) -> Result<T, E>
     where
         E: Busy + std::fmt::Display,
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let mut delay = Duration::from_millis(50);
-        let mut attempt = 1;
-        loop {
-            match op().await {
-                Err(e) if e.is_busy() && attempt < 5 => {
+        BUSY_RETRY
+            .retry(op, |e, attempt, delay| {
+                e.is_busy().then(|| {
                     tracing::warn!(attempt, error = %e, "database busy; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(1));
-                    attempt += 1;
-                }
-                other => return other,
-            }
-        }
+                    delay
+                })
+            })
+            .await
     }
 }
+
+/// Migrations racing between replicas starting together: the loser sees the winner's tables on a
+/// retry (5 retries, 200 ms more each time).
+const MIGRATION_RETRY: Backoff = Backoff::linear(Duration::from_millis(200)).with_retries(5);
+
+/// SQLite busy across processes: 5 attempts in all, 50 ms doubling to 1 s between them.
+const BUSY_RETRY: Backoff = Backoff::doubling(Duration::from_millis(50), Duration::from_secs(1)).with_retries(4);
 
 #[cfg(test)]
 mod tests {
