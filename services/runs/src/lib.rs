@@ -11,7 +11,7 @@
 //! `store/` (entities, migrations with frozen copies of what they need, the write slot, `now_ms`,
 //! `StoreError`); `error.rs`; what needs no engine (`stream.rs`, `checkpoints.rs`, `paging.rs`,
 //! `stream_limits.rs`, `lifecycle/backlog.rs`, `lifecycle/user_caps.rs`); `engine.rs`; what takes
-//! the engine (`notify.rs`, `threads.rs`, `usage.rs`, `lifecycle/`); executing runs (`host/mod.rs`,
+//! the engine (`notify.rs`, `threads.rs`, `run_queries.rs`, `feedback.rs`, `usage.rs`, `lifecycle/`); executing runs (`host/mod.rs`,
 //! `worker.rs`, `subagent.rs`, `host/agent_calls.rs`: the worker hands the agent a `dyn Host`, whose
 //! `task` calls start subagent runs that the worker executes); the `api/` handlers on top.
 
