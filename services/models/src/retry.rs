@@ -7,16 +7,14 @@
 
 use std::time::{Duration, SystemTime};
 
+use antler_kit::backoff::{Backoff, Jitter};
 use reqwest::header::HeaderMap;
 
 use crate::spec::RetryPolicy;
 
 /// Delay before attempt `attempt + 1`, after `attempt` (1-based) failed. `retry_after` is the upstream's ask.
 pub fn backoff(policy: &RetryPolicy, attempt: u32, retry_after: Option<Duration>) -> Duration {
-    let exponent = attempt.saturating_sub(1).min(30);
-    let computed = policy.base_delay.saturating_mul(1u32 << exponent).min(policy.cap_delay);
-    let half = computed / 2;
-    let jittered = half + half.mul_f64(fastrand::f64());
+    let jittered = Backoff::doubling(policy.base_delay, policy.cap_delay).with_jitter(Jitter::Equal).delay(attempt);
     match retry_after {
         Some(asked) => jittered.max(asked),
         None => jittered,

@@ -1,7 +1,7 @@
 //! The Antler runs service: threads and runs — admission, the start gate, leases, cancellation,
 //! finalization with delivery receipts, and durable event streams.
 //!
-//! Where things happen, by file: admission (`lifecycle/admission.rs`), PENDING → RUNNING
+//! Where things happen, by file: admission (`lifecycle/admission/`, one entry: `admission::admit`), PENDING → RUNNING
 //! (`lifecycle/start.rs`), leases and takeover (`lifecycle/lease.rs`), the terminal transition
 //! (`lifecycle/finalize.rs`), cancellation (`lifecycle/cancel.rs`), the event log (`stream.rs`),
 //! its live fan-out and wake-ups (`hub.rs`, `notify.rs`), executing runs (`worker.rs`), the agents'
@@ -11,7 +11,7 @@
 //! `store/` (entities, migrations with frozen copies of what they need, the write slot, `now_ms`,
 //! `StoreError`); `error.rs`; what needs no engine (`stream.rs`, `checkpoints.rs`, `paging.rs`,
 //! `stream_limits.rs`, `lifecycle/backlog.rs`, `lifecycle/user_caps.rs`); `engine.rs`; what takes
-//! the engine (`notify.rs`, `threads.rs`, `usage.rs`, `lifecycle/`); executing runs (`host/mod.rs`,
+//! the engine (`notify.rs`, `threads.rs`, `run_queries.rs`, `feedback.rs`, `usage.rs`, `lifecycle/`); executing runs (`host/mod.rs`,
 //! `worker.rs`, `subagent.rs`, `host/agent_calls.rs`: the worker hands the agent a `dyn Host`, whose
 //! `task` calls start subagent runs that the worker executes); the `api/` handlers on top.
 
@@ -20,12 +20,14 @@ pub mod checkpoints;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod feedback;
 pub mod host;
 pub mod hub;
 pub mod lifecycle;
 pub mod metrics_catalog;
 pub mod notify;
 pub mod paging;
+pub mod run_queries;
 pub mod script;
 pub mod secrets;
 pub mod status;
@@ -39,7 +41,6 @@ pub mod usage;
 pub mod worker;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use antler_kit::ServiceSet;
 use antler_kit::cli::{BoxError, RegisterFuture, Registration, ServiceContext};
@@ -76,39 +77,21 @@ pub async fn mount(
         config::AgentKind::Script => Arc::new(script::ScriptFactory),
         config::AgentKind::Lead => Arc::new(antler_agent::lead::LeadFactory { config: config.lead.clone(), custom: Vec::new() }),
     });
-    let (admitter, admissions) = lifecycle::admitter::Admitter::channel();
-    let engine = Arc::new(engine::Engine {
-        store,
-        hub: Arc::new(hub::EventHub::new(config.event_buffer as usize)),
-        worker_id,
-        clients: ctx.clients.clone(),
-        agents,
-        local: Default::default(),
-        wake: Default::default(),
-        permits: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_runs as usize)),
-        shutdown: ctx.shutdown.child_token(),
-        constructed: AtomicU64::new(0),
-        secrets: Default::default(),
-        backlog: Default::default(),
-        user_runs: Default::default(),
-        streams: stream_limits::StreamLimits::new(config.max_streams, config.max_streams_per_user),
-        takeovers_waiting: Default::default(),
-        dead_owners: Default::default(),
-        config,
-    });
-    tokio::spawn(lifecycle::admitter::run(engine.clone(), admissions).instrument(tracing::info_span!("admitter")));
+    let (batcher, admissions) = lifecycle::admission::Batcher::channel();
+    let engine = Arc::new(engine::Engine::new(store, config, worker_id, ctx.clients.clone(), agents, ctx.shutdown.child_token()));
+    tokio::spawn(lifecycle::admission::run_batcher(engine.clone(), admissions).instrument(tracing::info_span!("admitter")));
     notify::spawn(engine.clone());
     worker::spawn(engine.clone()).await;
     let drain = engine.clone();
     set.on_drain(async move {
-        drain.shutdown.cancelled().await;
+        drain.until_shutdown().await;
         worker::drain(drain.clone()).await;
         lifecycle::liveness::retire(&drain).await;
-        drain.store.checkpoint_on_shutdown().await;
+        drain.store().checkpoint_on_shutdown().await;
     });
     set.describe(antler_proto::FILE_DESCRIPTOR_SET);
     let threads = api::threads::ThreadApi { engine: engine.clone() };
-    let runs = api::runs::RunApi { engine: engine.clone(), admitter };
+    let runs = api::runs::RunApi { engine: engine.clone(), batcher };
     antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(threads));
     antler_kit::add_service!(set, run_service_server::RunServiceServer::new(runs));
     // A wait as long as the run (bounded by runs.max_run_duration_secs), not cut by the server's

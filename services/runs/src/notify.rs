@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use antler_kit::backoff::Backoff;
 use sea_orm::{ColumnTrait, DbBackend, EntityTrait, QueryFilter, QuerySelect};
 
 use crate::engine::{Engine, StopCause};
@@ -51,7 +52,7 @@ pub fn parse(payload: &str) -> Option<Note<'_>> {
 /// Starts this replica's listener (PostgreSQL) and safety poll; both stop at shutdown.
 pub fn spawn(engine: Arc<Engine>) {
     use tracing::Instrument;
-    if engine.store.backend() == DbBackend::Postgres {
+    if engine.store().backend() == DbBackend::Postgres {
         tokio::spawn(listen(engine.clone()).instrument(tracing::info_span!("notify_listener")));
     }
     tokio::spawn(safety_poll(engine).instrument(tracing::info_span!("safety_poll")));
@@ -62,7 +63,7 @@ fn handle(engine: &Engine, payload: &str) {
     match parse(payload) {
         Some(Note::Events { run_id, seq, end }) => {
             metrics::counter!("antler_runs_notifications_total", "kind" => "events").increment(1);
-            engine.hub.stored(run_id, seq, end, None);
+            engine.hub().stored(run_id, seq, end, None);
         }
         Some(Note::Cancel { run_id }) => {
             metrics::counter!("antler_runs_notifications_total", "kind" => "cancel").increment(1);
@@ -79,8 +80,8 @@ fn handle(engine: &Engine, payload: &str) {
 /// executing here that a missed notification may have carried.
 async fn resync(engine: &Engine) {
     metrics::counter!("antler_runs_notifications_total", "kind" => "resync").increment(1);
-    engine.hub.resync_all();
-    let local: Vec<String> = engine.local.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+    engine.hub().resync_all();
+    let local: Vec<String> = engine.local_runs().into_iter().map(|(run_id, _)| run_id).collect();
     for chunk in local.chunks(POLL_CHUNK) {
         let cancelled: Result<Vec<String>, _> = runs::Entity::find()
             .select_only()
@@ -88,7 +89,7 @@ async fn resync(engine: &Engine) {
             .filter(runs::Column::RunId.is_in(chunk.iter().map(String::as_str)))
             .filter(runs::Column::CancelAction.is_not_null())
             .into_tuple()
-            .all(engine.store.db())
+            .all(engine.store().db())
             .await;
         match cancelled {
             Ok(ids) => ids.iter().filter_map(|id| engine.local_run(id)).for_each(|local| local.stop(StopCause::Cancel)),
@@ -98,14 +99,19 @@ async fn resync(engine: &Engine) {
     }
 }
 
+/// The listener's reconnection backoff: 100 ms doubling to 5 s, no limit (the safety poll covers
+/// meanwhile).
+const LISTEN_BACKOFF: Backoff = Backoff::doubling(Duration::from_millis(100), Duration::from_secs(5));
+
 /// The listener: one connection per replica, LISTENing on the channel of the triggers. Reconnects
 /// with backoff (100 ms doubling to 5 s) and resynchronises after every (re)connection.
 async fn listen(engine: Arc<Engine>) {
     use sea_orm::sqlx::postgres::PgListener;
     let channel = crate::store::migration::NOTIFY_CHANNEL;
-    let url = engine.config.database.url.clone();
+    let url = engine.config().database.url.clone();
     let mut listener: Option<PgListener> = None;
-    let mut backoff = Duration::from_millis(100);
+    // Failed connection attempts in a row (the backoff grows with them; a connection resets it).
+    let mut failures = 0u32;
     loop {
         let Some(connected) = listener.as_mut() else {
             let attempt = async {
@@ -117,16 +123,17 @@ async fn listen(engine: Arc<Engine>) {
                 Ok(l) => {
                     tracing::info!(channel, "listening for wake-ups");
                     listener = Some(l);
-                    backoff = Duration::from_millis(100);
+                    failures = 0;
                     resync(&engine).await;
                 }
                 Err(error) => {
+                    failures = failures.saturating_add(1);
+                    let backoff = LISTEN_BACKOFF.delay(failures);
                     tracing::warn!(%error, retry_in_ms = backoff.as_millis() as u64, "cannot LISTEN for wake-ups; the safety poll covers meanwhile");
                     tokio::select! {
                         () = tokio::time::sleep(backoff) => {}
-                        () = engine.shutdown.cancelled() => return,
+                        () = engine.until_shutdown() => return,
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
             continue;
@@ -145,7 +152,7 @@ async fn listen(engine: Arc<Engine>) {
                     listener = None;
                 }
             },
-            () = engine.shutdown.cancelled() => return,
+            () = engine.until_shutdown() => return,
         }
     }
 }
@@ -156,15 +163,15 @@ const POLL_CHUNK: usize = 500;
 /// Every `runs.safety_poll_ms`: one read of `(last_seq, status)` for all runs watched here, waking the
 /// watchers of those that moved on without a wake-up (and refreshing the status heartbeats report).
 async fn safety_poll(engine: Arc<Engine>) {
-    let mut every = tokio::time::interval(Duration::from_millis(engine.config.safety_poll_ms));
+    let mut every = tokio::time::interval(Duration::from_millis(engine.config().safety_poll_ms));
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     every.tick().await;
     loop {
         tokio::select! {
             _ = every.tick() => {}
-            () = engine.shutdown.cancelled() => return,
+            () = engine.until_shutdown() => return,
         }
-        let watched = engine.hub.watched();
+        let watched = engine.hub().watched();
         if watched.is_empty() {
             continue;
         }
@@ -195,7 +202,7 @@ async fn poll_once(engine: &Engine, watched: &[String]) -> Result<bool, crate::e
             .column(runs::Column::Status)
             .filter(runs::Column::RunId.is_in(chunk.iter().map(String::as_str)))
             .into_tuple()
-            .all(engine.store.db())
+            .all(engine.store().db())
             .await?;
         let rows: HashMap<String, (i64, Status)> = rows.into_iter().map(|(id, seq, status)| (id, (seq, status))).collect();
         for run_id in chunk {
@@ -204,7 +211,7 @@ async fn poll_once(engine: &Engine, watched: &[String]) -> Result<bool, crate::e
                 // Deleted with its thread: nothing more will come.
                 None => (0, true, None),
             };
-            found |= engine.hub.polled(run_id, seq, end, status);
+            found |= engine.hub().polled(run_id, seq, end, status);
         }
     }
     Ok(found)

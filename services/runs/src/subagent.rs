@@ -35,13 +35,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, LocalRun, StopCause};
 use crate::error::RunsError;
-use crate::lifecycle::admission::{self, new_run, new_thread_row};
+use crate::lifecycle::admission;
 use crate::lifecycle::cancel::{self, CancelCause};
 use crate::lifecycle::{Ending, end_by_service, lease, start};
 use crate::status::Status;
-use crate::store::entity::{checkpoints, run_inputs, runs, threads, tool_effects};
+use crate::store::entity::{checkpoints, runs, tool_effects};
 use crate::store::now_ms;
-use crate::stream::{Subscription, Writer, append_many, insert_rows};
+use crate::stream::Subscription;
 
 /// Updates queued for the parent's `task` call before the driver waits (the call reads them as they
 /// come; a full queue makes the driver wait, never the child, which keeps running and writing).
@@ -122,7 +122,7 @@ async fn drive(engine: Arc<Engine>, parent: Parent, call: SubagentCall, tx: mpsc
         }
         let read = match known.take() {
             Some(run) => Ok(Some(run)),
-            None => runs::Entity::find_by_id(child_id.clone()).one(engine.store.db()).await,
+            None => runs::Entity::find_by_id(child_id.clone()).one(engine.store().db()).await,
         };
         let run = match read {
             Ok(Some(run)) => run,
@@ -245,7 +245,7 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
         runs::Entity::find()
             .filter(runs::Column::ParentRunId.eq(parent.run_id.as_str()))
             .filter(runs::Column::ParentTaskId.eq(call.task_id.as_str()))
-            .one(engine.store.db())
+            .one(engine.store().db())
             .await
     };
     // Only an earlier attempt of the parent can have admitted this task's child; on the first, a
@@ -255,15 +255,10 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
     {
         return Ok(Some((existing, true)));
     }
-    let now = now_ms();
-    let run_id = uuid::Uuid::now_v7().to_string();
-    let mut thread = new_thread_row(&parent.user_id, &run_id, now);
-    thread.parent_thread_id = Some(parent.thread_id.clone());
     // Twice the turns (a model call and a tool round each), so the turn limit comes first.
-    let recursion_limit = call.max_turns.saturating_mul(2).saturating_add(2).min(engine.config.recursion_limit_max);
-    let max_duration = call.timeout.min(Duration::from_secs(engine.config.max_run_duration_secs));
+    let recursion_limit = call.max_turns.saturating_mul(2).saturating_add(2).min(engine.config().recursion_limit_max);
+    let max_duration = call.timeout.min(Duration::from_secs(engine.config().max_run_duration_secs));
     let request = CreateRunRequest {
-        thread_id: thread.thread_id.clone(),
         input: vec![Message {
             id: uuid::Uuid::now_v7().to_string(),
             role: Role::User as i32,
@@ -281,7 +276,7 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
             context: parent.context.clone(),
             ..RunConfig::default()
         }),
-        // Names only: the values stay in this replica's vault (shared with the parent's below).
+        // Names only: the values stay in this replica's vault (shared with the parent's by admission).
         secrets: parent.secret_names.iter().map(|name| (name.clone(), String::new())).collect(),
         subagent: Some(SubagentTask {
             parent_run_id: parent.run_id.clone(),
@@ -292,77 +287,35 @@ async fn admit(engine: &Engine, parent: &Parent, call: &SubagentCall) -> Result<
         }),
         ..CreateRunRequest::default()
     };
-    let fingerprint = admission::fingerprint(&request);
-    let planned = new_run(
-        engine,
-        &parent.user_id,
-        &request,
-        &fingerprint,
-        run_id.clone(),
-        &thread.thread_id,
-        None,
-        false,
-        antler_proto::runs::MultitaskStrategy::Reject,
-        now,
-    );
-    let start = Kind::Subagent(antler_agent::lead::tools::task::start_event(
-        &call.task_id,
-        &call.subagent_type,
-        &call.description,
-        &run_id,
-        planned.run.model_name.clone(),
-    ));
     let intent = tool_effects::Model {
         run_id: parent.run_id.clone(),
         tool_call_id: call.task_id.clone(),
         tool_name: "task".to_owned(),
         arguments: antler_kit::redact::redact(&call.arguments).into_owned(),
         attempt: parent.attempt as i32,
-        intent_at: now,
+        intent_at: now_ms(),
         result: None,
         is_error: false,
         result_at: None,
     };
-    let written = engine
-        .store
-        .retry_busy(|| async {
-            let tx = engine.store.tx().await?;
-            // The parent's START event, first: its UPDATE checks that the parent is still this
-            // worker's (as every journal write does), and written here it is durable with the child
-            // (one commit sooner than the `task` call could write it).
-            let Some(announced) =
-                append_many(&*tx, &parent.run_id, &parent.thread_id, Writer::Owner(&engine.worker_id), vec![start.clone()]).await?
-            else {
-                return Ok(None);
-            };
-            // An intent an earlier attempt of the parent wrote stays as it was.
-            tool_effects::Entity::insert(tool_effects::ActiveModel::from(intent.clone()))
-                .on_conflict_do_nothing_on([tool_effects::Column::RunId, tool_effects::Column::ToolCallId])
-                .exec_without_returning(&*tx)
-                .await?;
-            threads::Entity::insert(threads::ActiveModel::from(thread.clone())).exec_without_returning(&*tx).await?;
-            runs::Entity::insert(runs::ActiveModel::from(planned.run.clone())).exec_without_returning(&*tx).await?;
-            if let Some(input) = &planned.input {
-                run_inputs::Entity::insert(run_inputs::ActiveModel::from(input.clone())).exec_without_returning(&*tx).await?;
-            }
-            insert_rows(&*tx, std::slice::from_ref(&planned.first), now).await?;
-            // Started in the same transaction, through the same compare-and-set as every start: the
-            // child is under way one commit sooner (`drive` executes a RUNNING child it admitted).
-            let started = start::start_in(&*tx, &start::Claimant::of(engine), std::slice::from_ref(&run_id)).await?.pop();
-            tx.commit().await?;
-            Ok::<_, RunsError>(Some((started, announced)))
-        })
-        .await;
-    match written {
-        Ok(None) => Ok(None),
-        Ok(Some((started, announced))) => {
-            engine.secrets.share(&parent.run_id, &run_id);
-            engine.hub.publish(&announced);
-            engine.hub.publish(std::slice::from_ref(&planned.first));
-            metrics::counter!("antler_runs_admitted_total", "strategy" => "SUBAGENT").increment(1);
-            start::count_started(usize::from(started.is_some()));
-            Ok(Some((started.unwrap_or(planned.run), false)))
-        }
+    let order = admission::ChildOrder {
+        user_id: &parent.user_id,
+        parent_run_id: &parent.run_id,
+        parent_thread_id: &parent.thread_id,
+        request,
+        intent,
+    };
+    let announce = |run_id: &str, model_name: String| {
+        Kind::Subagent(antler_agent::lead::tools::task::start_event(
+            &call.task_id,
+            &call.subagent_type,
+            &call.description,
+            run_id,
+            model_name,
+        ))
+    };
+    match admission::admit_child(engine, order, announce).await {
+        Ok(child) => Ok(child.map(|run| (run, false))),
         // Admitted meanwhile by another attempt of the parent: that one is the child.
         Err(RunsError::Store(e)) if e.is_unique_violation() => match find().await? {
             Some(existing) => Ok(Some((existing, true))),
@@ -386,12 +339,12 @@ async fn next_attempt(engine: &Engine, run: &runs::Model) -> Result<Option<(runs
         // Still winding down here (an earlier execution of this driver).
         return Ok(None);
     }
-    let expired_before = now_ms() - engine.config.grace().as_millis() as i64;
+    let expired_before = now_ms() - engine.config().grace().as_millis() as i64;
     if run.lease_expires_at.is_some_and(|at| at >= expired_before) {
         return Ok(None);
     }
-    let tx = engine.store.tx().await?;
-    let ended = if run.status == Status::Finalizing || run.cancel_action.is_some() || run.attempt >= engine.config.max_attempts as i32 {
+    let tx = engine.store().tx().await?;
+    let ended = if run.status == Status::Finalizing || run.cancel_action.is_some() || run.attempt >= engine.config().max_attempts as i32 {
         // The sweeper's rules (it closes these children too): nothing to execute.
         let ending = if run.cancel_action.is_some() {
             cancel::ending_of(run)
@@ -407,7 +360,8 @@ async fn next_attempt(engine: &Engine, run: &runs::Model) -> Result<Option<(runs
                 code: "max_attempts_exceeded".to_owned(),
                 message: format!(
                     "the subagent run was taken over {} times without finishing (runs.max_attempts = {})",
-                    run.attempt, engine.config.max_attempts
+                    run.attempt,
+                    engine.config().max_attempts
                 ),
                 retryable: false,
                 details: None,
@@ -419,13 +373,13 @@ async fn next_attempt(engine: &Engine, run: &runs::Model) -> Result<Option<(runs
         let claimed = lease::claim(&*tx, engine, run, expired_before).await?;
         tx.commit().await?;
         return Ok(claimed.map(|(model, event)| {
-            engine.hub.publish(&[event]);
+            engine.hub().publish(&[event]);
             (model, true)
         }));
     };
     tx.commit().await?;
     if let Some(end) = ended {
-        engine.hub.publish(&[end]);
+        engine.hub().publish(&[end]);
     }
     Ok(None)
 }
@@ -468,7 +422,7 @@ async fn forward_steps(engine: Arc<Engine>, child: runs::Model, after_seq: u64, 
         // No client reads this stream: heartbeats only cost a wake-up.
         heartbeat: Duration::from_secs(3600),
     };
-    let follow = tokio::spawn(crate::stream::follow(engine.store.clone(), engine.hub.clone(), subscription, out));
+    let follow = tokio::spawn(crate::stream::follow(engine.store().clone(), engine.hub().clone(), subscription, out));
     while let Some(Ok(event)) = events.recv().await {
         match event.kind {
             Some(Kind::Message(m)) => {
@@ -527,10 +481,10 @@ async fn final_answer(engine: &Engine, run_id: &str) -> Result<String, RunsError
         .filter(checkpoints::Column::RunId.eq(run_id))
         .order_by_desc(checkpoints::Column::CreatedAt)
         .order_by_desc(checkpoints::Column::CheckpointId)
-        .one(engine.store.db())
+        .one(engine.store().db())
         .await?;
     let Some(row) = row else { return Ok(String::new()) };
-    let (checkpoint, _) = crate::checkpoints::read(engine.store.db(), &row, true).await?;
+    let (checkpoint, _) = crate::checkpoints::read(engine.store().db(), &row, true).await?;
     Ok(checkpoint
         .messages
         .iter()

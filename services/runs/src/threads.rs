@@ -2,7 +2,7 @@
 //! (busy while a run is active, else from its latest run), so it can never go stale.
 
 use antler_proto::runs::{
-    Checkpoint, ClarificationEvent, EventKind, RunEvent, SortOrder, Thread, ThreadSort, ThreadState, ThreadStatus, run_event,
+    CancelAction, Checkpoint, ClarificationEvent, EventKind, RunEvent, SortOrder, Thread, ThreadSort, ThreadState, ThreadStatus, run_event,
 };
 use prost::Message;
 use sea_orm::sea_query::{Condition, Expr};
@@ -10,6 +10,7 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, FromQueryResult, QueryF
 
 use crate::engine::Engine;
 use crate::error::RunsError;
+use crate::lifecycle::cancel;
 use crate::status::Status;
 
 use crate::paging;
@@ -42,7 +43,7 @@ pub async fn find(engine: &Engine, user_id: &str, thread_id: &str) -> Result<thr
         return Err(RunsError::NotFound(format!("thread {thread_id}")));
     }
     threads::Entity::find_by_id((user_id.to_owned(), thread_id.to_owned()))
-        .one(engine.store.db())
+        .one(engine.store().db())
         .await?
         .ok_or_else(|| RunsError::NotFound(format!("thread {thread_id}")))
 }
@@ -61,9 +62,9 @@ pub async fn create(
     if title.chars().count() > 256 {
         return Err(RunsError::invalid("title", "is longer than 256 characters"));
     }
-    let metadata = sanitise_metadata(metadata, engine.config.max_metadata_bytes)?;
+    let metadata = sanitise_metadata(metadata, engine.config().max_metadata_bytes)?;
     let id = if thread_id.is_empty() { uuid::Uuid::now_v7().to_string() } else { thread_id.to_owned() };
-    if let Some(existing) = threads::Entity::find_by_id((user_id.to_owned(), id.clone())).one(engine.store.db()).await? {
+    if let Some(existing) = threads::Entity::find_by_id((user_id.to_owned(), id.clone())).one(engine.store().db()).await? {
         return Ok((existing, false));
     }
     let now = now_ms();
@@ -78,7 +79,7 @@ pub async fn create(
         updated_at: now,
         parent_thread_id: None,
     };
-    let tx = engine.store.tx().await?;
+    let tx = engine.store().tx().await?;
     let inserted = threads::Entity::insert(threads::ActiveModel::from(model.clone())).exec_without_returning(&*tx).await;
     match inserted {
         Ok(_) => {
@@ -103,7 +104,7 @@ pub async fn update(
     metadata: Option<prost_types::Struct>,
 ) -> Result<threads::Model, RunsError> {
     let thread = find(engine, user_id, thread_id).await?;
-    let patch = sanitise_metadata(metadata, engine.config.max_metadata_bytes)?;
+    let patch = sanitise_metadata(metadata, engine.config().max_metadata_bytes)?;
     let mut current = match serde_json::from_str::<serde_json::Value>(&thread.metadata) {
         Ok(serde_json::Value::Object(map)) => map,
         _ => serde_json::Map::new(),
@@ -116,10 +117,10 @@ pub async fn update(
         }
     }
     let merged = serde_json::Value::Object(current).to_string();
-    if merged.len() > engine.config.max_metadata_bytes as usize {
+    if merged.len() > engine.config().max_metadata_bytes as usize {
         return Err(RunsError::invalid(
             "metadata",
-            format!("the merged metadata would be {} bytes; the limit is {}", merged.len(), engine.config.max_metadata_bytes),
+            format!("the merged metadata would be {} bytes; the limit is {}", merged.len(), engine.config().max_metadata_bytes),
         ));
     }
     if let Some(title) = &title
@@ -127,7 +128,7 @@ pub async fn update(
     {
         return Err(RunsError::invalid("title", "is longer than 256 characters"));
     }
-    let tx = engine.store.tx().await?;
+    let tx = engine.store().tx().await?;
     let mut update = threads::Entity::update_many()
         .col_expr(threads::Column::Metadata, Expr::value(merged))
         .col_expr(threads::Column::UpdatedAt, Expr::value(now_ms()))
@@ -187,9 +188,9 @@ pub async fn update_state(
     let title = writable_values(values.as_ref())?;
     find(engine, user_id, thread_id).await?;
     let written = engine
-        .store
+        .store()
         .retry_busy(|| async {
-            let tx = engine.store.tx().await?;
+            let tx = engine.store().tx().await?;
             let now = now_ms();
             // First the thread's row: on PostgreSQL this waits for (and then sees) an admission
             // that is writing the thread's latest run at this moment.
@@ -247,8 +248,8 @@ pub async fn update_state(
                 depth,
             });
             let policy = crate::checkpoints::Policy {
-                snapshot_every: engine.config.checkpoint_snapshot_every,
-                blob_min_bytes: engine.config.checkpoint_blob_min_bytes,
+                snapshot_every: engine.config().checkpoint_snapshot_every,
+                blob_min_bytes: engine.config().checkpoint_blob_min_bytes,
             };
             // Stored as a delta over its parent (the messages are kept, only the title changes).
             let encoded = crate::checkpoints::encode(&state, full.as_ref(), policy);
@@ -284,12 +285,63 @@ pub async fn update_state(
     Ok((checkpoint, find(engine, user_id, thread_id).await?))
 }
 
+/// DeleteThread: with `cancel_active_run`, cancels the thread's active run (INTERRUPT) and waits for
+/// it to end; FAILED_PRECONDITION while a run is still active; then deletes the thread's sandbox
+/// workspace and the thread with its runs ([`delete`]). Returns how many runs were removed.
+pub async fn delete_with_workspace(
+    engine: &Engine,
+    ctx: &antler_kit::CallContext,
+    thread_id: &str,
+    cancel_active_run: bool,
+) -> Result<u64, RunsError> {
+    let user_id = ctx.identity.user_id.as_str();
+    let thread = find(engine, user_id, thread_id).await?;
+    if cancel_active_run && let (_, Some(active)) = status(engine, &thread).await? {
+        cancel::cancel(engine, user_id, thread_id, &active, CancelAction::Interrupt, cancel::CancelCause::Requested).await?;
+        cancel::wait_terminal(engine, &active).await?;
+    }
+    if let (_, Some(active)) = status(engine, &thread).await? {
+        return Err(RunsError::FailedPrecondition(format!(
+            "thread {thread_id} has an active run {active}\nhint: cancel it first, or set cancel_active_run"
+        )));
+    }
+    // The workspace first: if the sandbox service cannot be reached, nothing has been deleted yet
+    // and the call can simply be retried.
+    delete_workspace(engine, ctx, thread_id).await?;
+    delete(engine, user_id, thread_id).await
+}
+
+/// Deletes the thread's sandbox (its files, its running commands, the sandbox itself). A thread that
+/// never had a sandbox is fine; an unreachable sandbox service is UNAVAILABLE.
+async fn delete_workspace(engine: &Engine, ctx: &antler_kit::CallContext, thread_id: &str) -> Result<(), RunsError> {
+    use antler_proto::sandbox::ReleaseSandboxRequest;
+    use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
+    let Some(client) = engine.clients().get("sandbox") else { return Ok(()) };
+    let mut grpc = SandboxServiceClient::new(client.channel());
+    let delete = ReleaseSandboxRequest { thread_id: thread_id.to_owned(), terminate_processes: true, delete_workspace: true };
+    match grpc.release_sandbox(client.request(ctx, delete)).await {
+        Ok(_) => Ok(()),
+        Err(status) if status.code() == tonic::Code::NotFound => Ok(()),
+        // No sandbox service at the configured endpoint (a runs-only deployment): nothing to delete.
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            tracing::warn!(thread_id, "no sandbox service at clients.sandbox; the thread's workspace (if any) was not deleted");
+            Ok(())
+        }
+        // UNAVAILABLE with retry-after 1, as the handler answered it before.
+        Err(status) => Err(RunsError::Unavailable(format!(
+            "cannot delete the workspace of thread {thread_id}: the sandbox service answered {:?}: {}",
+            status.code(),
+            status.message()
+        ))),
+    }
+}
+
 /// Deletes a thread with its runs, events, checkpoints, side-effect journal and feedback, and the
 /// threads of its subagent runs with theirs. FAILED_PRECONDITION while a run is active. Returns how
 /// many runs were removed.
 pub async fn delete(engine: &Engine, user_id: &str, thread_id: &str) -> Result<u64, RunsError> {
     find(engine, user_id, thread_id).await?;
-    let tx = engine.store.tx().await?;
+    let tx = engine.store().tx().await?;
     let mut thread_ids: Vec<String> = threads::Entity::find()
         .select_only()
         .column(threads::Column::ThreadId)
@@ -357,13 +409,13 @@ pub async fn status(engine: &Engine, thread: &threads::Model) -> Result<(ThreadS
         .filter(runs::Column::ThreadId.eq(thread.thread_id.as_str()))
         .filter(runs::Column::Status.is_in(Status::ACTIVE))
         .filter(runs::Column::Queued.eq(false))
-        .one(engine.store.db())
+        .one(engine.store().db())
         .await?;
     if let Some(active) = active {
         return Ok((ThreadStatus::Busy, Some(active.run_id)));
     }
     let Some(latest) = &thread.latest_run_id else { return Ok((ThreadStatus::Idle, None)) };
-    let latest = runs::Entity::find_by_id(latest.clone()).one(engine.store.db()).await?;
+    let latest = runs::Entity::find_by_id(latest.clone()).one(engine.store().db()).await?;
     let status = derived_status(false, latest.as_ref().map(|r| r.status), latest.as_ref().and_then(|r| r.stop_reason.as_deref()));
     Ok((status, None))
 }
@@ -412,7 +464,7 @@ pub async fn checkpoint(
         None => thread.head_checkpoint_id.clone(),
     };
     let Some(id) = id else { return Ok(None) };
-    let (checkpoint, _) = crate::checkpoints::find(engine.store.db(), &thread.user_id, &thread.thread_id, &id, with_messages)
+    let (checkpoint, _) = crate::checkpoints::find(engine.store().db(), &thread.user_id, &thread.thread_id, &id, with_messages)
         .await?
         .ok_or_else(|| RunsError::NotFound(format!("checkpoint {id}")))?;
     Ok(Some(checkpoint))
@@ -476,7 +528,7 @@ pub async fn state(
             Some(_) => return Err(RunsError::invalid("messages_page_token", "is not a token returned by this service")),
             None => total,
         };
-        let start = page_start(&checkpoint.messages[..end], page.limit, engine.config.state_max_message_bytes as usize);
+        let start = page_start(&checkpoint.messages[..end], page.limit, engine.config().state_max_message_bytes as usize);
         checkpoint.messages.truncate(end);
         checkpoint.messages.drain(..start);
         offset = start;
@@ -522,7 +574,7 @@ fn page_start(messages: &[antler_proto::common::Message], limit: u32, max_bytes:
 /// SUCCESS with stop_reason `clarification` (a newer run answers or supersedes it).
 async fn pending_clarification(engine: &Engine, thread: &threads::Model) -> Result<Option<ClarificationEvent>, RunsError> {
     let Some(run_id) = &thread.latest_run_id else { return Ok(None) };
-    let Some(run) = runs::Entity::find_by_id(run_id.clone()).one(engine.store.db()).await? else { return Ok(None) };
+    let Some(run) = runs::Entity::find_by_id(run_id.clone()).one(engine.store().db()).await? else { return Ok(None) };
     if run.status != Status::Success || run.stop_reason.as_deref() != Some("clarification") {
         return Ok(None);
     }
@@ -530,7 +582,7 @@ async fn pending_clarification(engine: &Engine, thread: &threads::Model) -> Resu
         .filter(run_events::Column::RunId.eq(run_id.clone()))
         .filter(run_events::Column::Kind.eq(EventKind::Clarification as i32))
         .order_by_desc(run_events::Column::Seq)
-        .one(engine.store.db())
+        .one(engine.store().db())
         .await?;
     let Some(event) = event else { return Ok(None) };
     let event = RunEvent::decode(event.payload.as_slice()).map_err(|e| RunsError::Store(e.into()))?;
@@ -656,7 +708,7 @@ pub async fn list(
     let title = title_filter(query.values.as_ref())?;
     let sort = query.sort;
     let cursor = sort.decode(token)?;
-    let backend = engine.store.backend();
+    let backend = engine.store().backend();
     // The threads of subagent runs belong to their parent's thread, not to the user's list.
     let mut inner = format!(
         "SELECT t.*, \
@@ -693,7 +745,7 @@ pub async fn list(
     let filter = status_sql(query.status).map(|c| format!(" WHERE {c}")).unwrap_or_default();
     let sql = format!("SELECT * FROM ({inner}) x{filter} ORDER BY {column} {direction}, thread_id {direction} LIMIT ?");
     values.push(i64::try_from(page_size).unwrap_or(i64::MAX).into());
-    let rows = engine.store.db().query_all_raw(crate::store::statement(backend, &sql, values)).await?;
+    let rows = engine.store().db().query_all_raw(crate::store::statement(backend, &sql, values)).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let thread = threads::Model::from_query_result(&row, "")?;
@@ -732,7 +784,7 @@ pub async fn history(
                 .add(Condition::all().add(checkpoints::Column::CreatedAt.eq(at)).add(checkpoints::Column::CheckpointId.lt(id))),
         );
     }
-    let rows = query.all(engine.store.db()).await?;
+    let rows = query.all(engine.store().db()).await?;
     let mut next = if rows.len() as u64 == page_size {
         rows.last().map(|r| paging::encode(r.created_at, &r.checkpoint_id)).unwrap_or_default()
     } else {
@@ -743,9 +795,9 @@ pub async fn history(
     // an answer with messages stays under the gRPC message limit.
     let mut bytes = 0usize;
     for (index, row) in rows.iter().enumerate() {
-        let checkpoint = crate::checkpoints::read(engine.store.db(), row, include_messages).await?.0;
+        let checkpoint = crate::checkpoints::read(engine.store().db(), row, include_messages).await?.0;
         bytes += checkpoint.encoded_len();
-        if bytes > engine.config.state_max_message_bytes as usize && !out.is_empty() {
+        if bytes > engine.config().state_max_message_bytes as usize && !out.is_empty() {
             let last = &rows[index - 1];
             next = paging::encode(last.created_at, &last.checkpoint_id);
             break;

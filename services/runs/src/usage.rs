@@ -67,8 +67,8 @@ pub struct ThreadUsage {
 /// Sums the usage of the thread's terminal runs (and RUNNING / FINALIZING ones with
 /// `include_active`) in SQL: one SUM over the run columns, one GROUP BY over the per-model JSON.
 pub async fn thread_usage(engine: &Engine, user_id: &str, thread_id: &str, include_active: bool) -> Result<ThreadUsage, RunsError> {
-    let db = engine.store.db();
-    let backend = engine.store.backend();
+    let db = engine.store().db();
+    let backend = engine.store().backend();
     let mut statuses = vec![Status::Success, Status::Error, Status::Interrupted, Status::Timeout];
     if include_active {
         statuses.extend([Status::Running, Status::Finalizing]);
@@ -173,7 +173,7 @@ pub async fn thread_context(
     let Some(checkpoint) = crate::threads::checkpoint(engine, thread, None, true).await? else { return Ok(None) };
     let Some(tokens) = context_tokens(&checkpoint.messages) else { return Ok(None) };
     let model_name = match &thread.latest_run_id {
-        Some(run_id) => runs::Entity::find_by_id(run_id.clone()).one(engine.store.db()).await?.map(|r| r.model_name).unwrap_or_default(),
+        Some(run_id) => runs::Entity::find_by_id(run_id.clone()).one(engine.store().db()).await?.map(|r| r.model_name).unwrap_or_default(),
         None => String::new(),
     };
     Ok(Some(context_usage(tokens, context_window(engine, ctx, &model_name).await)))
@@ -184,7 +184,7 @@ pub async fn thread_context(
 async fn context_window(engine: &Engine, ctx: &antler_kit::CallContext, model_name: &str) -> u64 {
     use antler_proto::models::model_service_client::ModelServiceClient;
     use antler_proto::models::{GetModelRequest, ListModelsRequest};
-    let Some(client) = engine.clients.get("models") else { return 0 };
+    let Some(client) = engine.clients().get("models") else { return 0 };
     let mut grpc = ModelServiceClient::new(client.channel());
     let model = if model_name.is_empty() {
         grpc.list_models(client.request(ctx, ListModelsRequest::default())).await.map(|r| {

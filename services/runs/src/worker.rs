@@ -3,7 +3,6 @@
 //! run: build the agent, keep the lease alive, run, finalize.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use antler_proto::runs::{Checkpoint, CreateRunRequest, RunError};
@@ -39,24 +38,24 @@ pub async fn spawn(engine: Arc<Engine>) {
 async fn dispatch(engine: Arc<Engine>) {
     loop {
         tokio::select! {
-            () = engine.shutdown.cancelled() => return,
-            () = engine.wake.notified() => {}
+            () = engine.until_shutdown() => return,
+            () = engine.dispatcher_woken() => {}
             // Runs admitted by other replicas (or whose admitting replica died) are found by polling.
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
         loop {
-            let mut free = engine.permits.available_permits();
+            let mut free = engine.free_slots();
             if free == 0 {
                 break;
             }
             // Runs taken over from a dead replica come before PENDING ones (and among those, the
             // ones a dead replica admitted come first: `start::startable`).
-            if engine.takeovers_waiting.load(std::sync::atomic::Ordering::Relaxed) {
+            if engine.takeovers_waiting() {
                 match lease::take_over(&engine, free).await {
                     Ok(claimed) => launch_claimed(&engine, claimed).await,
                     Err(error) => tracing::warn!(%error, "cannot take over expired runs"),
                 }
-                free = engine.permits.available_permits();
+                free = engine.free_slots();
                 if free == 0 {
                     break;
                 }
@@ -74,7 +73,7 @@ async fn dispatch(engine: Arc<Engine>) {
             // One permit per candidate first, then one statement starts them all.
             let mut permits = Vec::new();
             while permits.len() < candidates.len() {
-                let Ok(permit) = engine.permits.clone().try_acquire_owned() else { break };
+                let Some(permit) = engine.take_slot() else { break };
                 permits.push(permit);
             }
             let candidates = &candidates[..permits.len()];
@@ -97,10 +96,10 @@ async fn dispatch(engine: Arc<Engine>) {
 }
 
 async fn sweeper(engine: Arc<Engine>) {
-    let period = Duration::from_secs(engine.config.sweep_interval_secs);
+    let period = Duration::from_secs(engine.config().sweep_interval_secs);
     loop {
         tokio::select! {
-            () = engine.shutdown.cancelled() => return,
+            () = engine.until_shutdown() => return,
             () = tokio::time::sleep(period) => {}
         }
         if let Err(error) = sweep_once(&engine).await {
@@ -110,11 +109,11 @@ async fn sweeper(engine: Arc<Engine>) {
 }
 
 async fn sweep_once(engine: &Arc<Engine>) -> Result<(), crate::error::RunsError> {
-    let swept = lease::sweep(engine, engine.permits.available_permits()).await?;
+    let swept = lease::sweep(engine, engine.free_slots()).await?;
     launch_claimed(engine, swept.claimed).await;
     // The PENDING runs of replicas that died go before our own (see `start::startable`).
     liveness::find_dead(engine).await?;
-    engine.wake.notify_one();
+    engine.wake_dispatcher();
     forget_ended_secrets(engine).await?;
     Ok(())
 }
@@ -122,7 +121,7 @@ async fn sweep_once(engine: &Arc<Engine>) -> Result<(), crate::error::RunsError>
 /// Drops the secrets of runs admitted here that ended without this replica executing them to the
 /// end (cancelled while PENDING, superseded, closed by another replica).
 async fn forget_ended_secrets(engine: &Engine) -> Result<(), crate::error::RunsError> {
-    let kept = engine.secrets.run_ids();
+    let kept = engine.secrets().run_ids();
     if kept.is_empty() {
         return Ok(());
     }
@@ -132,10 +131,10 @@ async fn forget_ended_secrets(engine: &Engine) -> Result<(), crate::error::RunsE
         .filter(runs::Column::RunId.is_in(kept.iter().map(String::as_str)))
         .filter(runs::Column::Status.is_in(Status::ACTIVE))
         .into_tuple()
-        .all(engine.store.db())
+        .all(engine.store().db())
         .await?;
     for run_id in kept.iter().filter(|id| !active.contains(id)) {
-        engine.secrets.forget(run_id);
+        engine.secrets().forget(run_id);
     }
     Ok(())
 }
@@ -143,11 +142,11 @@ async fn forget_ended_secrets(engine: &Engine) -> Result<(), crate::error::RunsE
 /// Executes runs taken over from a dead owner.
 async fn launch_claimed(engine: &Arc<Engine>, claimed: Vec<runs::Model>) {
     for run in claimed {
-        match engine.permits.clone().try_acquire_owned() {
-            Ok(permit) => launch(engine.clone(), run, permit, true),
+        match engine.take_slot() {
+            Some(permit) => launch(engine.clone(), run, permit, true),
             // Capacity went away meanwhile: let the lease lapse so another worker (or a later pass)
             // claims the run again.
-            Err(_) => {
+            None => {
                 if let Err(error) = lease::release(engine, &run.run_id).await {
                     tracing::warn!(run_id = %run.run_id, %error, "cannot release a claimed run; it is claimed again when its lease expires");
                 }
@@ -169,7 +168,7 @@ fn launch(engine: Arc<Engine>, run: runs::Model, permit: OwnedSemaphorePermit, r
             }
         }
         drop(permit);
-        engine.wake.notify_one();
+        engine.wake_dispatcher();
     });
 }
 
@@ -184,7 +183,7 @@ pub(crate) async fn execute_with(
     local: LocalRun,
     hand_over: bool,
 ) -> Option<runs::Model> {
-    engine.local.lock().unwrap_or_else(|p| p.into_inner()).insert(run.run_id.clone(), local.clone());
+    engine.track(&run.run_id, local.clone());
     metrics::gauge!("antler_runs_active").increment(1.0);
     let keep_alive = tokio::spawn(lease::keep_alive(engine.clone(), run.run_id.clone(), local.clone()));
 
@@ -214,9 +213,9 @@ pub(crate) async fn execute_with(
     let next = Box::pin(conclude(engine, &run, &declared, (limit, timer), &local, outcome, hand_over)).await;
     local.token.cancel();
     keep_alive.abort();
-    engine.local.lock().unwrap_or_else(|p| p.into_inner()).remove(&run.run_id);
+    engine.untrack(&run.run_id);
     metrics::gauge!("antler_runs_active").decrement(1.0);
-    engine.secrets.forget(&run.run_id);
+    engine.secrets().forget(&run.run_id);
     next
 }
 
@@ -256,7 +255,7 @@ async fn conclude(
         }
         _ => match Box::pin(finalize::finalize(engine, run, declared, outcome, hand_over)).await {
             Ok(Some(finalized)) => {
-                engine.hub.publish(&finalized.events);
+                engine.hub().publish(&finalized.events);
                 finalized.next
             }
             Ok(None) => {
@@ -307,7 +306,7 @@ async fn prepare(engine: &Arc<Engine>, run: &runs::Model, resumed: bool, local: 
         .and_then(|c| c.max_duration)
         .and_then(|d| std::time::Duration::try_from(d).ok())
         .filter(|d| !d.is_zero())
-        .unwrap_or(Duration::from_secs(engine.config.max_run_duration_secs));
+        .unwrap_or(Duration::from_secs(engine.config().max_run_duration_secs));
     let elapsed = Duration::from_millis(run.started_at.map(|s| (now_ms() - s).max(0) as u64).unwrap_or(0));
     let timer = tokio::spawn({
         let local = local.clone();
@@ -344,7 +343,7 @@ fn start_agent(
     resumed: bool,
     local: &LocalRun,
 ) -> Result<(tokio::task::JoinHandle<Outcome>, Arc<RunHost>), Box<Outcome>> {
-    let secrets = engine.secrets.for_attempt(&run.run_id, request.secrets.keys().cloned().collect());
+    let secrets = engine.secrets().for_attempt(&run.run_id, request.secrets.keys().cloned().collect());
     if !secrets.missing().is_empty() {
         tracing::warn!(
             run_id = %run.run_id,
@@ -363,8 +362,7 @@ fn start_agent(
         resumed,
         tokens_before: <antler_proto::runs::RunUsage as prost::Message>::decode(run.usage.as_slice()).map(|u| u.total_tokens).unwrap_or(0),
     };
-    let agent = engine.agents.build(&spec).map_err(|error| Box::new(Outcome::Failed(error)))?;
-    let n = engine.constructed.fetch_add(1, Ordering::SeqCst) + 1;
+    let (agent, n) = engine.build_agent(&spec).map_err(|error| Box::new(Outcome::Failed(error)))?;
     tracing::info!(run_id = %run.run_id, constructed_total = n, "agent constructed");
     let ids =
         RunIds { run_id: spec.run_id.clone(), thread_id: spec.thread_id.clone(), user_id: spec.user_id.clone(), attempt: spec.attempt };
@@ -379,7 +377,7 @@ fn start_agent(
         host = host.with_usage_total(<antler_proto::runs::RunUsage as prost::Message>::decode(run.usage.as_slice()).unwrap_or_default());
     }
     let host = Arc::new(host);
-    let ctx = AgentContext::new(spec, host.clone(), local.token.clone(), engine.clients.clone());
+    let ctx = AgentContext::new(spec, host.clone(), local.token.clone(), engine.clients().clone());
     Ok((tokio::spawn(agent.run(ctx).instrument(tracing::Span::current())), host))
 }
 
@@ -390,7 +388,7 @@ fn start_agent(
 async fn verify_outputs(engine: &Engine, run: &runs::Model, declared: &[String], stop_reason: String, outputs: Outputs) -> Outcome {
     use antler_proto::sandbox::SnapshotOutputsRequest;
     use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
-    let snapshot = match engine.clients.get("sandbox") {
+    let snapshot = match engine.clients().get("sandbox") {
         None => Err("no sandbox client is configured".to_owned()),
         Some(client) => {
             let ctx = antler_kit::CallContext::background(run.user_id.clone());
@@ -432,7 +430,7 @@ async fn load_input(engine: &Engine, run_id: &str, request: &mut CreateRunReques
     if !request.input.is_empty() || request.resume.is_some() {
         return Ok(());
     }
-    if let Some(row) = run_inputs::Entity::find_by_id(run_id.to_owned()).one(engine.store.db()).await? {
+    if let Some(row) = run_inputs::Entity::find_by_id(run_id.to_owned()).one(engine.store().db()).await? {
         let stored = CreateRunRequest::decode(row.input.as_slice()).map_err(|e| crate::error::RunsError::Store(e.into()))?;
         request.input = stored.input;
     }
@@ -447,18 +445,18 @@ async fn resume_point(engine: &Engine, run: &runs::Model, resumed: bool) -> Resu
             .filter(checkpoints::Column::RunId.eq(run.run_id.as_str()))
             .order_by_desc(checkpoints::Column::CreatedAt)
             .order_by_desc(checkpoints::Column::CheckpointId)
-            .one(engine.store.db())
+            .one(engine.store().db())
             .await?
     } else {
         None
     };
     let row = match (row, &run.base_checkpoint_id) {
         (Some(row), _) => Some(row),
-        (None, Some(base)) => checkpoints::Entity::find_by_id(base.clone()).one(engine.store.db()).await?,
+        (None, Some(base)) => checkpoints::Entity::find_by_id(base.clone()).one(engine.store().db()).await?,
         (None, None) => None,
     };
     match row {
-        Some(row) => Ok(Some(crate::checkpoints::read(engine.store.db(), &row, true).await?.0)),
+        Some(row) => Ok(Some(crate::checkpoints::read(engine.store().db(), &row, true).await?.0)),
         None => Ok(None),
     }
 }
@@ -466,15 +464,14 @@ async fn resume_point(engine: &Engine, run: &runs::Model, resumed: bool) -> Resu
 /// Shutdown: stop admitting, give local runs `runs.drain_secs` to finish, then release their leases so
 /// another replica (or the next start) resumes them instead of marking them failed.
 pub async fn drain(engine: Arc<Engine>) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(engine.config.drain_secs);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(engine.config().drain_secs);
     while tokio::time::Instant::now() < deadline {
-        if engine.local.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+        if engine.local_runs().is_empty() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let remaining: Vec<(String, LocalRun)> =
-        engine.local.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let remaining: Vec<(String, LocalRun)> = engine.local_runs();
     for (run_id, local) in remaining {
         local.stop(StopCause::Release);
         if let Err(error) = lease::release(&engine, &run_id).await {

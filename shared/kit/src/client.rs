@@ -15,6 +15,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::auth::{ACT_AS_HEADER, Identity, Principal};
+use crate::backoff::{Backoff, Jitter};
 use crate::config::{ClientConfig, ClientsConfig, Config, ConfigError};
 use crate::status::{is_retryable, retry_after};
 use crate::tls::{ClientTls, Fields, ServerTls};
@@ -139,31 +140,37 @@ impl ServiceClient {
 
     /// Runs `call` and retries it on UNAVAILABLE with exponential backoff and full jitter (honouring a
     /// `retry-after` the callee sent), up to the configured number of retries.
-    pub async fn with_retry<T, F, Fut>(&self, mut call: F) -> Result<T, tonic::Status>
+    pub async fn with_retry<T, F, Fut>(&self, call: F) -> Result<T, tonic::Status>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
     {
-        let mut attempt = 0u32;
-        loop {
-            match call().await {
-                Err(status) if is_retryable(&status) && attempt < self.config.retries => {
-                    let delay = backoff(&self.config, attempt, retry_after(&status));
-                    tracing::debug!(attempt, delay_ms = delay.as_millis() as u64, error = %status.message(), "retrying after UNAVAILABLE");
-                    tokio::time::sleep(delay).await;
-                    attempt += 1;
+        policy(&self.config)
+            .retry(call, |status, retry, _| {
+                if !is_retryable(status) {
+                    return None;
                 }
-                other => return other,
-            }
-        }
+                let attempt = retry - 1;
+                let delay = backoff(&self.config, attempt, retry_after(status));
+                tracing::debug!(attempt, delay_ms = delay.as_millis() as u64, error = %status.message(), "retrying after UNAVAILABLE");
+                Some(delay)
+            })
+            .await
     }
 }
 
+/// A client's retry policy: `backoff_base_ms` doubling to `backoff_max_ms`, full jitter, `retries`.
+fn policy(config: &ClientConfig) -> Backoff {
+    Backoff::doubling(Duration::from_millis(config.backoff_base_ms), Duration::from_millis(config.backoff_max_ms))
+        .with_jitter(Jitter::Full)
+        .with_retries(config.retries)
+}
+
+/// The wait before retry `attempt + 1`: the policy's, or at least the callee's `retry-after`
+/// (bounded by the larger of `backoff_max_ms` and 1 s).
 fn backoff(config: &ClientConfig, attempt: u32, retry_after_secs: Option<u64>) -> Duration {
-    let ceiling = config.backoff_base_ms.saturating_mul(1u64 << attempt.min(20)).min(config.backoff_max_ms);
-    let jittered = fastrand::u64(0..=ceiling.max(1));
     let floor = retry_after_secs.map_or(0, |s| s.saturating_mul(1000)).min(config.backoff_max_ms.max(1000));
-    Duration::from_millis(jittered.max(floor))
+    policy(config).delay(attempt.saturating_add(1)).max(Duration::from_millis(floor))
 }
 
 /// Channels to every other service, connected lazily (a service that is down does not stop start-up;

@@ -1,9 +1,11 @@
 //! What every Antler service shares: server bootstrap ([`server`]), authentication ([`auth`]), trace
 //! context ([`trace_context`]), the concurrency limit ([`limit`]), shutdown ([`shutdown`]), configuration
 //! ([`config`]), client-supplied map keys ([`input_keys`]), outbound clients ([`client`]), the Prometheus endpoint ([`prometheus`]) and the metric families it registers ([`metrics_catalog`]), status helpers ([`status`]), secret redaction ([`redact`]), logging ([`telemetry`]), TLS ([`tls`]) and
-//! the command line every service binary accepts ([`cli`]).
+//! the command line every service binary accepts ([`cli`]), retry delays ([`backoff`]), and with the `store` feature the
+//! database toolkit of the services with a database (`store`: error classification, busy retry, migrations).
 
 pub mod auth;
+pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -20,6 +22,8 @@ pub mod redact;
 pub mod server;
 pub mod shutdown;
 pub mod status;
+#[cfg(feature = "store")]
+pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod trace_context;

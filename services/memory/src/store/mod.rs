@@ -10,37 +10,15 @@ pub mod migration;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqlErr, Statement,
-    TransactionTrait,
-};
-use sea_orm_migration::MigratorTrait;
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, Statement, TransactionTrait};
 use serde::Deserialize as _;
 
 use crate::config::DatabaseConfig;
 
-/// Database failures.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database error: {0}")]
-    Db(#[from] DbErr),
-    #[error("stored value is corrupt: {0}")]
-    Corrupt(String),
-}
-
-impl StoreError {
-    /// A unique index said no.
-    pub fn is_unique_violation(&self) -> bool {
-        matches!(self, StoreError::Db(e) if matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))))
-    }
-}
-
-/// Milliseconds since the Unix epoch: how every timestamp is stored.
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
+// The error type and stored time are the kit's store toolkit, shared with runs.
+pub use antler_kit::store::{StoreError, now_ms};
 
 /// A write transaction; on SQLite it also holds the process's write lock until commit or drop.
 pub struct WriteTx {
@@ -103,18 +81,7 @@ impl Store {
         let writer = if sqlite { Some(Database::connect(writer_options).await?) } else { None };
         let store = Self { db, writer, write_lock: sqlite.then(Default::default) };
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
-        let mut attempt = 0;
-        loop {
-            match migration::Migrator::up(store.writer.as_ref().unwrap_or(&store.db), None).await {
-                Ok(()) => break,
-                Err(error) if attempt < 5 => {
-                    attempt += 1;
-                    tracing::warn!(%error, attempt, "memory migration failed; retrying (another replica may be migrating)");
-                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
+        antler_kit::store::migrate::<migration::Migrator>(store.writer.as_ref().unwrap_or(&store.db), "memory migration").await?;
         tracing::info!(backend = ?store.backend(), "memory database ready");
         Ok(store)
     }

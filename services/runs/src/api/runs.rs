@@ -9,8 +9,6 @@ use antler_proto::runs::run_service_server::RunService;
 use antler_proto::runs::*;
 use futures::Stream;
 use prost::Message;
-use sea_orm::sea_query::Condition;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -22,8 +20,8 @@ use crate::error::RunsError;
 use crate::lifecycle::cancel::CancelCause;
 use crate::lifecycle::{admission, cancel};
 use crate::paging;
-use crate::store::entity::{feedback, runs};
-use crate::store::now_ms;
+use crate::run_queries;
+use crate::store::entity::runs;
 use crate::stream::{Subscription, follow, read_page};
 use crate::stream_limits::StreamPermit;
 use crate::threads as thread_domain;
@@ -33,41 +31,18 @@ type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 #[derive(Debug, Clone)]
 pub struct RunApi {
     pub engine: Arc<Engine>,
-    /// Group commit of admissions (see `lifecycle::admitter`).
-    pub admitter: crate::lifecycle::admitter::Admitter,
+    /// Group commit of admissions (see `lifecycle::admission::Batcher`).
+    pub batcher: admission::Batcher,
 }
 
 impl RunApi {
     async fn admit(&self, ctx: &CallContext, req: CreateRunRequest) -> Result<(runs::Model, bool), Status> {
-        let result = self.admit_request(ctx, req).await;
-        metrics::counter!("antler_run_admissions_total", "outcome" => admission_outcome(&result)).increment(1);
-        result
-    }
-
-    async fn admit_request(&self, ctx: &CallContext, mut req: CreateRunRequest) -> Result<(runs::Model, bool), Status> {
-        if req.subagent.is_some() {
-            return Err(RunsError::invalid(
-                "subagent",
-                "is set by the runs service on the child runs of a `task` call; a client cannot create one\nhint: enable config.subagents_enabled and let the lead agent delegate",
-            )
-            .into());
-        }
-        admission::sanitise(&self.engine, &mut req)?;
-        crate::lifecycle::resume::apply(&self.engine, &ctx.identity.user_id, &mut req).await?;
-        let model = req.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
-        admission::check_model(&self.engine, ctx, &model).await?;
-        let (admitted, effects) = self.admitter.create_or_reject(&self.engine, &ctx.identity.user_id, &req).await?;
-        admission::apply(&self.engine, effects);
+        let admitted = admission::admit(&self.engine, &self.batcher, ctx, req).await?;
         Ok((admitted.run, admitted.reused))
     }
 
     async fn find_run(&self, user: &str, thread_id: &str, run_id: &str) -> Result<runs::Model, RunsError> {
-        runs::Entity::find_by_id(run_id.to_owned())
-            .filter(runs::Column::UserId.eq(user))
-            .one(self.engine.store.db())
-            .await?
-            .filter(|r| thread_id.is_empty() || r.thread_id == thread_id)
-            .ok_or_else(|| RunsError::NotFound(format!("run {run_id}")))
+        run_queries::find(&self.engine, user, thread_id, run_id).await
     }
 
     /// Room for one more event stream of `user` (`runs.max_streams`, `runs.max_streams_per_user`);
@@ -76,7 +51,7 @@ impl RunApi {
         if antler_kit::limit::is_internal_call(request) {
             return Ok(None);
         }
-        Ok(Some(self.engine.streams.acquire(user)?))
+        Ok(Some(self.engine.streams().acquire(user)?))
     }
 
     /// Streams a run's events to the client; when the client goes away before the run ends and
@@ -97,17 +72,17 @@ impl RunApi {
             thread_id: run.thread_id.clone(),
             after_seq,
             kinds,
-            heartbeat: Duration::from_secs(self.engine.config.heartbeat_secs),
+            heartbeat: Duration::from_secs(self.engine.config().heartbeat_secs),
         };
         let engine = self.engine.clone();
         let (run_id, thread_id) = (run.run_id.clone(), run.thread_id.clone());
         tokio::spawn(async move {
-            let ended = follow(engine.store.clone(), engine.hub.clone(), sub, tx).await;
+            let ended = follow(engine.store().clone(), engine.hub().clone(), sub, tx).await;
             // The stream is over: its room is free again.
             drop(permit);
             // A stream closed by this server's shutdown is not the client going away: the run is
             // handed on (drain) and the client reconnects, so it is not cancelled.
-            if !ended && cancel_on_disconnect && !engine.shutdown.is_cancelled() {
+            if !ended && cancel_on_disconnect && !engine.shutting_down() {
                 match cancel::cancel(&engine, &user, &thread_id, &run_id, CancelAction::Interrupt, CancelCause::ClientDisconnected).await {
                     Ok(_) => tracing::info!(run_id, "client disconnected; run cancelled (on_disconnect = CANCEL)"),
                     Err(error) => tracing::debug!(run_id, %error, "client disconnected; nothing to cancel"),
@@ -115,20 +90,6 @@ impl RunApi {
             }
         });
         ReceiverStream::new(rx)
-    }
-}
-
-/// The `outcome` label of `antler_run_admissions_total`: a fixed word per way an admission can end.
-fn admission_outcome(result: &Result<(runs::Model, bool), Status>) -> &'static str {
-    match result {
-        Ok((_, false)) => "admitted",
-        Ok((_, true)) => "reused",
-        Err(status) => match status.code() {
-            tonic::Code::FailedPrecondition | tonic::Code::Aborted | tonic::Code::AlreadyExists => "rejected",
-            tonic::Code::InvalidArgument | tonic::Code::NotFound | tonic::Code::PermissionDenied | tonic::Code::OutOfRange => "invalid",
-            tonic::Code::ResourceExhausted | tonic::Code::Unavailable => "shed",
-            _ => "error",
-        },
     }
 }
 
@@ -217,15 +178,6 @@ impl RunService for RunApi {
         let req = request.into_inner();
         let page = req.page.unwrap_or_default();
         let size = paging::size(page.page_size, paging::DEFAULT_PAGE, paging::MAX_PAGE);
-        let mut query = runs::Entity::find().filter(runs::Column::UserId.eq(user.as_str()));
-        // An empty thread_id lists all of the caller's runs.
-        if !req.parent_run_id.is_empty() {
-            query = query.filter(runs::Column::ParentRunId.eq(req.parent_run_id.as_str()));
-        } else if !req.thread_id.is_empty() {
-            thread_domain::find(&self.engine, &user, &req.thread_id).await?;
-            query = query.filter(runs::Column::ThreadId.eq(req.thread_id.as_str()));
-        }
-        let mut query = query.order_by_desc(runs::Column::CreatedAt).order_by_desc(runs::Column::RunId).limit(size);
         let mut statuses = Vec::new();
         for (i, status) in req.statuses.iter().enumerate() {
             let status = RunStatus::try_from(*status)
@@ -234,22 +186,9 @@ impl RunService for RunApi {
                 .ok_or_else(|| antler_kit::status::invalid_argument(&format!("statuses[{i}]"), "is not a RunStatus"))?;
             statuses.push(status);
         }
-        if !statuses.is_empty() {
-            query = query.filter(runs::Column::Status.is_in(statuses));
-        }
-        if let Some((at, id)) = paging::decode(&page.page_token, "page.page_token")? {
-            query = query.filter(
-                Condition::any()
-                    .add(runs::Column::CreatedAt.lt(at))
-                    .add(Condition::all().add(runs::Column::CreatedAt.eq(at)).add(runs::Column::RunId.lt(id))),
-            );
-        }
-        let rows = query.all(self.engine.store.db()).await.map_err(RunsError::from)?;
-        let next = if rows.len() as u64 == size {
-            rows.last().map(|r| paging::encode(r.created_at, &r.run_id)).unwrap_or_default()
-        } else {
-            String::new()
-        };
+        // An empty thread_id lists all of the caller's runs.
+        let query = run_queries::ListQuery { parent_run_id: &req.parent_run_id, thread_id: &req.thread_id, statuses };
+        let (rows, next) = run_queries::list(&self.engine, &user, &query, size, &page.page_token).await?;
         Ok(Response::new(ListRunsResponse { runs: rows.iter().map(|r| convert::run(r, false)).collect(), page: page_response(next) }))
     }
 
@@ -311,7 +250,7 @@ impl RunService for RunApi {
             }
         }
         let task_id = (!req.task_id.is_empty()).then_some(req.task_id.as_str());
-        let events = read_page(&self.engine.store, &run.run_id, after, &req.kinds, task_id, size).await?;
+        let events = read_page(self.engine.store(), &run.run_id, after, &req.kinds, task_id, size).await?;
         let next = if events.len() as u64 == size { events.last().map(|e| e.seq.to_string()).unwrap_or_default() } else { String::new() };
         Ok(Response::new(ListRunEventsResponse { events, page: page_response(next), run_status: run.status.to_proto() as i32 }))
     }
@@ -327,28 +266,8 @@ impl RunService for RunApi {
             return Err(antler_kit::status::invalid_argument("comment", "is longer than 4000 characters"));
         }
         let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
-        let now = now_ms();
-        let tx = self.engine.store.tx().await.map_err(RunsError::from)?;
-        let existing = feedback::Entity::find_by_id((run.run_id.clone(), user.clone())).one(&*tx).await.map_err(RunsError::from)?;
-        let created = existing.is_none();
-        let model = feedback::Model {
-            run_id: run.run_id.clone(),
-            user_id: user.clone(),
-            feedback_id: existing.as_ref().map(|f| f.feedback_id.clone()).unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
-            thread_id: run.thread_id.clone(),
-            message_id: req.message_id.clone(),
-            rating: req.rating,
-            comment: req.comment.clone(),
-            created_at: existing.as_ref().map(|f| f.created_at).unwrap_or(now),
-            updated_at: now,
-        };
-        let active = feedback::ActiveModel::from(model.clone());
-        if created {
-            feedback::Entity::insert(active).exec_without_returning(&*tx).await.map_err(RunsError::from)?;
-        } else {
-            feedback::Entity::update(sea_orm::ActiveModelTrait::reset_all(active)).exec(&*tx).await.map_err(RunsError::from)?;
-        }
-        tx.commit().await.map_err(RunsError::from)?;
+        let rating = crate::feedback::Rating { message_id: &req.message_id, rating: req.rating, comment: &req.comment };
+        let (model, created) = crate::feedback::submit(&self.engine, &user, &run, &rating).await?;
         let feedback = Feedback {
             feedback_id: model.feedback_id,
             run_id: model.run_id,
@@ -367,10 +286,8 @@ impl RunService for RunApi {
         let req = request.into_inner();
         antler_kit::status::required("run_id", &req.run_id)?;
         let run = self.find_run(&user, &req.thread_id, &req.run_id).await?;
-        let tx = self.engine.store.tx().await.map_err(RunsError::from)?;
-        let removed = feedback::Entity::delete_by_id((run.run_id, user)).exec(&*tx).await.map_err(RunsError::from)?;
-        tx.commit().await.map_err(RunsError::from)?;
-        Ok(Response::new(DeleteFeedbackResponse { deleted: removed.rows_affected > 0 }))
+        let deleted = crate::feedback::delete(&self.engine, &user, &run.run_id).await?;
+        Ok(Response::new(DeleteFeedbackResponse { deleted }))
     }
 
     async fn get_token_usage(&self, request: Request<GetTokenUsageRequest>) -> Result<Response<GetTokenUsageResponse>, Status> {

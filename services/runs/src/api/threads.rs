@@ -8,7 +8,6 @@ use antler_proto::runs::*;
 use tonic::{Request, Response, Status};
 
 use crate::engine::Engine;
-use crate::lifecycle::cancel;
 use crate::paging;
 use crate::threads as domain;
 
@@ -19,33 +18,6 @@ pub struct ThreadApi {
 
 fn user<T>(request: &Request<T>) -> Result<String, Status> {
     Ok(Identity::of(request)?.user_id.clone())
-}
-
-/// Deletes the thread's sandbox (its files, its running commands, the sandbox itself). A thread that
-/// never had a sandbox is fine; an unreachable sandbox service is UNAVAILABLE.
-async fn delete_workspace(engine: &Engine, ctx: &antler_kit::CallContext, thread_id: &str) -> Result<(), Status> {
-    use antler_proto::sandbox::ReleaseSandboxRequest;
-    use antler_proto::sandbox::sandbox_service_client::SandboxServiceClient;
-    let Some(client) = engine.clients.get("sandbox") else { return Ok(()) };
-    let mut grpc = SandboxServiceClient::new(client.channel());
-    let delete = ReleaseSandboxRequest { thread_id: thread_id.to_owned(), terminate_processes: true, delete_workspace: true };
-    match grpc.release_sandbox(client.request(ctx, delete)).await {
-        Ok(_) => Ok(()),
-        Err(status) if status.code() == tonic::Code::NotFound => Ok(()),
-        // No sandbox service at the configured endpoint (a runs-only deployment): nothing to delete.
-        Err(status) if status.code() == tonic::Code::Unimplemented => {
-            tracing::warn!(thread_id, "no sandbox service at clients.sandbox; the thread's workspace (if any) was not deleted");
-            Ok(())
-        }
-        Err(status) => Err(antler_kit::status::unavailable(
-            format!(
-                "cannot delete the workspace of thread {thread_id}: the sandbox service answered {:?}: {}",
-                status.code(),
-                status.message()
-            ),
-            1,
-        )),
-    }
 }
 
 #[tonic::async_trait]
@@ -93,28 +65,10 @@ impl ThreadService for ThreadApi {
     }
 
     async fn delete_thread(&self, request: Request<DeleteThreadRequest>) -> Result<Response<DeleteThreadResponse>, Status> {
-        let user = user(&request)?;
         let ctx = antler_kit::CallContext::from_request(&request)?;
         let req = request.into_inner();
         antler_kit::status::required("thread_id", &req.thread_id)?;
-        let thread = domain::find(&self.engine, &user, &req.thread_id).await?;
-        if req.cancel_active_run
-            && let (_, Some(active)) = domain::status(&self.engine, &thread).await?
-        {
-            cancel::cancel(&self.engine, &user, &req.thread_id, &active, CancelAction::Interrupt, cancel::CancelCause::Requested).await?;
-            cancel::wait_terminal(&self.engine, &active).await?;
-        }
-        if let (_, Some(active)) = domain::status(&self.engine, &thread).await? {
-            return Err(crate::error::RunsError::FailedPrecondition(format!(
-                "thread {} has an active run {active}\nhint: cancel it first, or set cancel_active_run",
-                req.thread_id
-            ))
-            .into());
-        }
-        // The workspace first: if the sandbox service cannot be reached, nothing has been deleted yet
-        // and the call can simply be retried.
-        delete_workspace(&self.engine, &ctx, &req.thread_id).await?;
-        let deleted_runs = domain::delete(&self.engine, &user, &req.thread_id).await?;
+        let deleted_runs = domain::delete_with_workspace(&self.engine, &ctx, &req.thread_id, req.cancel_active_run).await?;
         tracing::info!(thread_id = %req.thread_id, deleted_runs, "thread deleted");
         Ok(Response::new(DeleteThreadResponse { thread_id: req.thread_id, deleted_runs }))
     }

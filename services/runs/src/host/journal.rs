@@ -20,7 +20,7 @@ impl RunHost {
     /// What the journal holds for `tool_call_id` of this run.
     pub(super) async fn journal_effect(&self, tool_call_id: &str) -> Result<Effect, Fenced> {
         self.check()?;
-        let row = tool_effects::Entity::find_by_id((self.spec.run_id.clone(), tool_call_id.to_owned())).one(self.engine.store.db()).await;
+        let row = tool_effects::Entity::find_by_id((self.spec.run_id.clone(), tool_call_id.to_owned())).one(self.engine.store().db()).await;
         match row {
             Ok(None) => Ok(Effect::None),
             Ok(Some(row)) => Ok(match row.result {
@@ -92,10 +92,10 @@ impl RunHost {
     where
         F: for<'t> Fn(&'t DatabaseTransaction, i64) -> BoxFuture<'t, Result<(), RunsError>> + Send + Sync + 'static,
     {
-        let (run_id, worker) = (self.spec.run_id.clone(), self.engine.worker_id.clone());
+        let (run_id, worker) = (self.spec.run_id.clone(), self.engine.worker_id().to_owned());
         let write = Arc::new(write);
         self.engine
-            .store
+            .store()
             .write(Priority::Lifecycle, move |tx| {
                 let owned = owned(tx, run_id.clone(), worker.clone());
                 let write = write.clone();

@@ -169,11 +169,11 @@ impl RunHost {
             && batch.results.is_empty()
             && batch.usage.is_empty()
             && batch.title.is_none()
-            && engine.store.backend() == DbBackend::Postgres;
+            && engine.store().backend() == DbBackend::Postgres;
         let started = std::time::Instant::now();
         let result = match batch.events.first() {
             Some(kind) if lone_event => {
-                append_one_postgres(engine.store.db(), &spec.run_id, &spec.thread_id, &engine.worker_id, kind.clone())
+                append_one_postgres(engine.store().db(), &spec.run_id, &spec.thread_id, engine.worker_id(), kind.clone())
                     .await
                     .map(|written| written.map(|event| (vec![event], None, None)))
             }
@@ -196,7 +196,7 @@ impl RunHost {
                     let path = if lone_event { "statement" } else { "transaction" };
                     metrics::histogram!("antler_runs_event_append_seconds", "path" => path).record(started.elapsed().as_secs_f64());
                 }
-                engine.hub.publish(&written);
+                engine.hub().publish(&written);
                 for (caller, _, usage) in &batch.usage {
                     metrics::counter!("antler_tokens_total", "caller" => caller_bucket(caller)).increment(usage.total_tokens);
                 }
@@ -221,7 +221,7 @@ impl RunHost {
     ) -> Result<Option<StepWritten>, RunsError> {
         let step = Arc::new(StepWrite::prepare(&self.engine, &self.spec, batch.clone(), known_head, known_usage, known_last).await?);
         self.engine
-            .store
+            .store()
             .write(Priority::Lifecycle, move |tx| {
                 let step = step.clone();
                 Box::pin(async move { step.write(tx).await })
@@ -303,7 +303,7 @@ impl StepWrite {
         known_last: Option<crate::checkpoints::Full>,
     ) -> Result<Self, RunsError> {
         let now = now_ms();
-        let db = engine.store.db();
+        let db = engine.store().db();
         // Usage totals: known from this attempt's last write, read once otherwise.
         let mut usage_total = None;
         if !batch.usage.is_empty() {
@@ -355,8 +355,8 @@ impl StepWrite {
                 (None, _) => None,
             };
             let policy = crate::checkpoints::Policy {
-                snapshot_every: engine.config.checkpoint_snapshot_every,
-                blob_min_bytes: engine.config.checkpoint_blob_min_bytes,
+                snapshot_every: engine.config().checkpoint_snapshot_every,
+                blob_min_bytes: engine.config().checkpoint_blob_min_bytes,
             };
             let encoded = crate::checkpoints::encode(&state, parent_full.as_ref(), policy);
             let full = crate::checkpoints::Full {
@@ -367,7 +367,7 @@ impl StepWrite {
             };
             checkpoint = Some(EncodedCheckpoint { parent, encoded, full: std::sync::Mutex::new(Some(full)) });
         }
-        Ok(Self { worker_id: engine.worker_id.clone(), spec: spec.clone(), batch, now, usage_total, checkpoint })
+        Ok(Self { worker_id: engine.worker_id().to_owned(), spec: spec.clone(), batch, now, usage_total, checkpoint })
     }
 
     async fn write(&self, tx: &DatabaseTransaction) -> Result<Option<StepWritten>, RunsError> {

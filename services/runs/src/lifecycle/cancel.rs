@@ -90,7 +90,7 @@ pub async fn cancel(
 ) -> Result<CancelAction, RunsError> {
     let action = if action == CancelAction::Unspecified { CancelAction::Interrupt } else { action };
     let mut events: Vec<RunEvent> = Vec::new();
-    let tx = engine.store.tx().await?;
+    let tx = engine.store().tx().await?;
     let find = || runs::Entity::find_by_id(run_id.to_owned()).filter(runs::Column::UserId.eq(user_id)).one(&*tx);
     let run = find()
         .await?
@@ -120,7 +120,7 @@ pub async fn cancel(
     };
     let ending = ending_of(&run);
     let mut promoted = false;
-    let lease_dead = run.lease_expires_at.is_none_or(|l| l < now_ms() - engine.config.grace().as_millis() as i64);
+    let lease_dead = run.lease_expires_at.is_none_or(|l| l < now_ms() - engine.config().grace().as_millis() as i64);
     if run.status == Status::Pending {
         // Not started: end it here; try_start's compare-and-set now fails, so no agent is built.
         if let Some(end) = end_by_service(&*tx, &run, &[Status::Pending], &ending).await? {
@@ -135,7 +135,7 @@ pub async fn cancel(
         }
     }
     tx.commit().await?;
-    engine.hub.publish(&events);
+    engine.hub().publish(&events);
     if run.status == Status::Running
         && let Some(local) = engine.local_run(run_id)
     {
@@ -145,7 +145,7 @@ pub async fn cancel(
         local.stop(StopCause::Cancel);
     }
     if promoted {
-        engine.wake.notify_one();
+        engine.wake_dispatcher();
     }
     tracing::info!(run_id, action = %winner, cause = cause.as_str(), "cancel requested");
     cancel_children(engine, user_id, run_id, cause).await;
@@ -162,7 +162,7 @@ async fn cancel_children(engine: &Engine, user_id: &str, run_id: &str, cause: Ca
         .filter(runs::Column::ParentRunId.eq(run_id))
         .filter(runs::Column::Status.is_in(Status::ACTIVE))
         .into_tuple()
-        .all(engine.store.db())
+        .all(engine.store().db())
         .await;
     match children {
         Ok(children) => {
@@ -198,10 +198,10 @@ fn not_cancellable(run: &runs::Model) -> Result<(), RunsError> {
 /// published here, notified by another replica, or found by the safety poll — never by a timer of
 /// its own: the store is read once at the start and once per wake-up that may mean the end.
 pub async fn wait_terminal(engine: &Engine, run_id: &str) -> Result<runs::Model, RunsError> {
-    let mut watch = engine.hub.watch(run_id);
+    let mut watch = engine.hub().watch(run_id);
     loop {
         let run = runs::Entity::find_by_id(run_id.to_owned())
-            .one(engine.store.db())
+            .one(engine.store().db())
             .await?
             .ok_or_else(|| RunsError::NotFound(format!("run {run_id}")))?;
         if run.status.is_terminal() {

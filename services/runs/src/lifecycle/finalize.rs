@@ -98,13 +98,10 @@ pub async fn finalize(
         });
     }
 
-    let hand_over = hand_over
-        && !engine.shutdown.is_cancelled()
-        && engine.dead_owners().is_empty()
-        && !engine.takeovers_waiting.load(std::sync::atomic::Ordering::Relaxed);
+    let hand_over = hand_over && !engine.shutting_down() && engine.dead_owners().is_empty() && !engine.takeovers_waiting();
     let closing = Arc::new(Closing {
         run: run.clone(),
-        worker: engine.worker_id.clone(),
+        worker: engine.worker_id().to_owned(),
         status,
         stop_reason,
         error,
@@ -113,7 +110,7 @@ pub async fn finalize(
         hand_over: hand_over.then(|| start::Claimant::of(engine)),
     });
     let closed = engine
-        .store
+        .store()
         .write(Priority::Lifecycle, move |tx| {
             let closing = closing.clone();
             Box::pin(async move { close(tx, &closing).await })
@@ -124,7 +121,7 @@ pub async fn finalize(
         Closed::Interrupted { end, promoted, stop_reason } => {
             tracing::info!(run_id = %run.run_id, %stop_reason, "run interrupted");
             if promoted {
-                engine.wake.notify_one();
+                engine.wake_dispatcher();
             }
             Finalized { events: vec![end], next: None }
         }
@@ -137,7 +134,7 @@ pub async fn finalize(
             }
             tracing::info!(run_id = %run.run_id, %status, %stop_reason, "run finished");
             if promoted {
-                engine.wake.notify_one();
+                engine.wake_dispatcher();
             }
             Finalized { events, next }
         }

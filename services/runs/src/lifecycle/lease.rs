@@ -27,13 +27,13 @@ pub enum Renewal {
 pub async fn renew(engine: &Engine, run_id: &str) -> Result<Renewal, RunsError> {
     let now = now_ms();
     let changed = engine
-        .store
+        .store()
         .retry_busy(|| async {
-            let tx = engine.store.control_tx().await?;
+            let tx = engine.store().control_tx().await?;
             let changed = runs::Entity::update_many()
-                .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config.lease().as_millis() as i64))
+                .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config().lease().as_millis() as i64))
                 .filter(runs::Column::RunId.eq(run_id))
-                .filter(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
+                .filter(runs::Column::OwnerWorkerId.eq(engine.worker_id()))
                 .filter(runs::Column::Status.is_in([Status::Running, Status::Finalizing]))
                 .exec(&*tx)
                 .await?
@@ -50,7 +50,7 @@ pub async fn renew(engine: &Engine, run_id: &str) -> Result<Renewal, RunsError> 
         .select_only()
         .column(runs::Column::CancelAction)
         .into_tuple()
-        .one(engine.store.control_db())
+        .one(engine.store().control_db())
         .await?;
     Ok(Renewal::Renewed { cancel_action: cancel_action.flatten() })
 }
@@ -58,8 +58,8 @@ pub async fn renew(engine: &Engine, run_id: &str) -> Result<Renewal, RunsError> 
 /// Keeps a local run's lease alive every third of the lease; fences the run when renewal fails past
 /// the lease's expiry, and passes durable cancel requests to the agent.
 pub async fn keep_alive(engine: std::sync::Arc<Engine>, run_id: String, local: crate::engine::LocalRun) {
-    let period = engine.config.lease() / 3;
-    let mut deadline = tokio::time::Instant::now() + engine.config.lease();
+    let period = engine.config().lease() / 3;
+    let mut deadline = tokio::time::Instant::now() + engine.config().lease();
     loop {
         tokio::select! {
             () = local.token.cancelled() => return,
@@ -67,7 +67,7 @@ pub async fn keep_alive(engine: std::sync::Arc<Engine>, run_id: String, local: c
         }
         match tokio::time::timeout_at(deadline, renew(&engine, &run_id)).await {
             Ok(Ok(Renewal::Renewed { cancel_action })) => {
-                deadline = tokio::time::Instant::now() + engine.config.lease();
+                deadline = tokio::time::Instant::now() + engine.config().lease();
                 if cancel_action.is_some() {
                     local.stop(StopCause::Cancel);
                 }
@@ -107,7 +107,7 @@ pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError>
 
     // Queued runs whose thread has no active run (their predecessor's finalizer died before promoting),
     // found in SQL and read a batch at a time.
-    let batch = u64::from(engine.config.sweep_batch);
+    let batch = u64::from(engine.config().sweep_batch);
     let mut after: Option<(String, String)> = None;
     loop {
         let mut query = runs::Entity::find()
@@ -131,15 +131,15 @@ pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError>
                     Condition::all().add(runs::Column::UserId.eq(user_id.as_str())).add(runs::Column::ThreadId.gt(thread_id.as_str())),
                 ));
         }
-        let stranded: Vec<(String, String)> = query.into_tuple().all(engine.store.db()).await?;
+        let stranded: Vec<(String, String)> = query.into_tuple().all(engine.store().db()).await?;
         let exhausted = (stranded.len() as u64) < batch;
         after = stranded.last().cloned();
         for (user_id, thread_id) in stranded {
-            let tx = engine.store.tx().await?;
+            let tx = engine.store().tx().await?;
             let promoted = promote_next_queued(&*tx, &user_id, &thread_id).await?;
             tx.commit().await?;
             if promoted {
-                engine.wake.notify_one();
+                engine.wake_dispatcher();
             }
         }
         if exhausted {
@@ -148,11 +148,11 @@ pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError>
     }
 
     // Idempotency keys are retained for runs.idempotency_retention_secs, then free for reuse.
-    let tx = engine.store.tx().await?;
+    let tx = engine.store().tx().await?;
     runs::Entity::update_many()
         .col_expr(runs::Column::IdempotencyKey, Expr::value(Option::<String>::None))
         .filter(runs::Column::IdempotencyKey.is_not_null())
-        .filter(runs::Column::CreatedAt.lt(now - (engine.config.idempotency_retention_secs * 1000) as i64))
+        .filter(runs::Column::CreatedAt.lt(now - (engine.config().idempotency_retention_secs * 1000) as i64))
         .filter(runs::Column::Status.is_not_in(Status::ACTIVE))
         .exec(&*tx)
         .await?;
@@ -167,10 +167,10 @@ pub async fn sweep(engine: &Engine, capacity: usize) -> Result<Swept, RunsError>
 /// slots before any PENDING run: a run already under way, whose clients are waiting on it, goes
 /// first (on saturated replicas it otherwise waited until a sweep happened to find a slot free).
 pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Model>, RunsError> {
-    let expired_before = now_ms() - engine.config.grace().as_millis() as i64;
+    let expired_before = now_ms() - engine.config().grace().as_millis() as i64;
     let mut claimed = Vec::new();
     let mut waiting = false;
-    let batch = u64::from(engine.config.sweep_batch);
+    let batch = u64::from(engine.config().sweep_batch);
     let mut after = String::new();
     loop {
         let mut query = runs::Entity::find()
@@ -185,21 +185,21 @@ pub async fn take_over(engine: &Engine, capacity: usize) -> Result<Vec<runs::Mod
                 Condition::any()
                     .add(runs::Column::Status.eq(Status::Finalizing))
                     .add(runs::Column::CancelAction.is_not_null())
-                    .add(runs::Column::Attempt.gte(engine.config.max_attempts as i32)),
+                    .add(runs::Column::Attempt.gte(engine.config().max_attempts as i32)),
             );
         }
-        let orphans = query.all(engine.store.control_db()).await?;
+        let orphans = query.all(engine.store().control_db()).await?;
         let exhausted = (orphans.len() as u64) < batch;
         if let Some(last) = orphans.last() {
             after = last.run_id.clone();
         }
         let events = take_over_batch(engine, orphans, capacity, expired_before, &mut claimed, &mut waiting).await?;
-        engine.hub.publish(&events);
+        engine.hub().publish(&events);
         if exhausted {
             break;
         }
     }
-    engine.takeovers_waiting.store(waiting, std::sync::atomic::Ordering::Relaxed);
+    engine.set_takeovers_waiting(waiting);
     Ok(claimed)
 }
 
@@ -222,13 +222,13 @@ async fn take_over_batch(
         // waiting orphan each time (one slot, dozens of orphans) delayed the takeovers themselves.
         let needs_slot = run.status != Status::Finalizing
             && run.cancel_action.is_none()
-            && run.attempt < engine.config.max_attempts as i32
+            && run.attempt < engine.config().max_attempts as i32
             && run.parent_run_id.is_none();
         if needs_slot && claimed.len() >= capacity {
             *waiting = true;
             continue;
         }
-        let tx = engine.store.control_tx().await?;
+        let tx = engine.store().control_tx().await?;
         let ended = if run.status == Status::Finalizing {
             // The finalizer wrote the receipt and its intended status, then died: add only the closing.
             let status = run.final_status.filter(|s| s.is_terminal()).unwrap_or(Status::Error);
@@ -241,12 +241,13 @@ async fn take_over_batch(
             end_by_service(&*tx, &run, &[Status::Finalizing], &ending).await?
         } else if run.cancel_action.is_some() {
             end_by_service(&*tx, &run, &[Status::Running], &super::cancel::ending_of(&run)).await?
-        } else if run.attempt >= engine.config.max_attempts as i32 {
+        } else if run.attempt >= engine.config().max_attempts as i32 {
             let error = RunError {
                 code: "max_attempts_exceeded".to_owned(),
                 message: format!(
                     "the run was taken over {} times without finishing (runs.max_attempts = {})",
-                    run.attempt, engine.config.max_attempts
+                    run.attempt,
+                    engine.config().max_attempts
                 ),
                 retryable: false,
                 details: None,
@@ -284,7 +285,7 @@ async fn take_over_batch(
         };
         tx.commit().await?;
         if promoted {
-            engine.wake.notify_one();
+            engine.wake_dispatcher();
         }
     }
 
@@ -300,8 +301,8 @@ pub(crate) async fn claim(
 ) -> Result<Option<(runs::Model, antler_proto::runs::RunEvent)>, RunsError> {
     let now = now_ms();
     let mut update = runs::Entity::update_many()
-        .col_expr(runs::Column::OwnerWorkerId, Expr::value(engine.worker_id.as_str()))
-        .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config.lease().as_millis() as i64))
+        .col_expr(runs::Column::OwnerWorkerId, Expr::value(engine.worker_id()))
+        .col_expr(runs::Column::LeaseExpiresAt, Expr::value(now + engine.config().lease().as_millis() as i64))
         .col_expr(runs::Column::Attempt, Expr::col(runs::Column::Attempt).add(1))
         .col_expr(runs::Column::UpdatedAt, Expr::value(now))
         .filter(runs::Column::RunId.eq(run.run_id.as_str()))
@@ -329,7 +330,7 @@ pub(crate) async fn claim(
         model_name: run.model_name.clone(),
         checkpoint_id: String::new(),
     });
-    let Some(event) = append(db, &run.run_id, &run.thread_id, Writer::Owner(&engine.worker_id), meta).await? else { return Ok(None) };
+    let Some(event) = append(db, &run.run_id, &run.thread_id, Writer::Owner(engine.worker_id()), meta).await? else { return Ok(None) };
     let model = runs::Entity::find_by_id(run.run_id.clone()).one(db).await?;
     Ok(model.map(|m| (m, event)))
 }
@@ -337,11 +338,11 @@ pub(crate) async fn claim(
 /// Marks a local run's lease as expired so any worker (another replica, or this one after a restart)
 /// may resume it at once; used when shutting down.
 pub async fn release(engine: &Engine, run_id: &str) -> Result<(), RunsError> {
-    let tx = engine.store.tx().await?;
+    let tx = engine.store().tx().await?;
     runs::Entity::update_many()
         .col_expr(runs::Column::LeaseExpiresAt, Expr::value(0i64))
         .filter(runs::Column::RunId.eq(run_id))
-        .filter(runs::Column::OwnerWorkerId.eq(engine.worker_id.as_str()))
+        .filter(runs::Column::OwnerWorkerId.eq(engine.worker_id()))
         .exec(&*tx)
         .await?;
     tx.commit().await?;

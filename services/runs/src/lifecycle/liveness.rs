@@ -34,12 +34,15 @@ const FORGET_AFTER: Duration = Duration::from_secs(3600);
 /// Renews this replica's heartbeat: alive until now + `runs.lease_secs`.
 pub async fn beat(engine: &Engine) -> Result<(), RunsError> {
     let now = now_ms();
-    let row =
-        workers::Model { worker_id: engine.worker_id.clone(), started_at: now, expires_at: now + engine.config.lease().as_millis() as i64 };
+    let row = workers::Model {
+        worker_id: engine.worker_id().to_owned(),
+        started_at: now,
+        expires_at: now + engine.config().lease().as_millis() as i64,
+    };
     engine
-        .store
+        .store()
         .retry_busy(|| async {
-            let tx = engine.store.control_tx().await?;
+            let tx = engine.store().control_tx().await?;
             workers::Entity::insert(workers::ActiveModel::from(row.clone()))
                 .on_conflict(OnConflict::column(workers::Column::WorkerId).update_column(workers::Column::ExpiresAt).to_owned())
                 .exec_without_returning(&*tx)
@@ -53,10 +56,10 @@ pub async fn beat(engine: &Engine) -> Result<(), RunsError> {
 
 /// Renews the heartbeat every third of the lease until shutdown (then [`retire`] ends it).
 pub async fn keep_beating(engine: Arc<Engine>) {
-    let period = engine.config.lease() / 3;
+    let period = engine.config().lease() / 3;
     loop {
         tokio::select! {
-            () = engine.shutdown.cancelled() => return,
+            () = engine.until_shutdown() => return,
             () = tokio::time::sleep(period) => {}
         }
         if let Err(error) = beat(&engine).await {
@@ -71,12 +74,12 @@ pub async fn keep_beating(engine: Arc<Engine>) {
 /// more, so the others start the PENDING runs it admitted at their next sweep.
 pub async fn retire(engine: &Engine) {
     // Dead at once for the others (past the grace), and kept for an hour like any dead replica's row.
-    let expired = now_ms() - engine.config.grace().as_millis() as i64 - 1;
+    let expired = now_ms() - engine.config().grace().as_millis() as i64 - 1;
     let result = async {
-        let tx = engine.store.tx().await?;
+        let tx = engine.store().tx().await?;
         workers::Entity::update_many()
             .col_expr(workers::Column::ExpiresAt, Expr::value(expired))
-            .filter(workers::Column::WorkerId.eq(engine.worker_id.as_str()))
+            .filter(workers::Column::WorkerId.eq(engine.worker_id()))
             .exec(&*tx)
             .await?;
         tx.commit().await?;
@@ -84,7 +87,7 @@ pub async fn retire(engine: &Engine) {
     }
     .await;
     match result {
-        Ok(()) => tracing::info!(worker_id = %engine.worker_id, "heartbeat ended; other replicas start the PENDING runs admitted here"),
+        Ok(()) => tracing::info!(worker_id = %engine.worker_id(), "heartbeat ended; other replicas start the PENDING runs admitted here"),
         Err(error) => tracing::warn!(%error, "cannot end the heartbeat; other replicas start our PENDING runs when it expires"),
     }
 }
@@ -93,15 +96,15 @@ pub async fn retire(engine: &Engine) {
 /// `Engine::dead_owners` for the dispatcher. Also forgets rows dead for an hour.
 pub async fn find_dead(engine: &Engine) -> Result<Vec<String>, RunsError> {
     let now = now_ms();
-    let cut = now - engine.config.grace().as_millis() as i64;
+    let cut = now - engine.config().grace().as_millis() as i64;
     // A handful of rows: the replicas that stopped within the last hour.
     let dead_workers: Vec<String> = workers::Entity::find()
         .select_only()
         .column(workers::Column::WorkerId)
         .filter(workers::Column::ExpiresAt.lt(cut))
-        .filter(workers::Column::WorkerId.ne(engine.worker_id.as_str()))
+        .filter(workers::Column::WorkerId.ne(engine.worker_id()))
         .into_tuple()
-        .all(engine.store.control_db())
+        .all(engine.store().control_db())
         .await?;
     let dead: Vec<String> = if dead_workers.is_empty() {
         Vec::new()
@@ -113,7 +116,7 @@ pub async fn find_dead(engine: &Engine) -> Result<Vec<String>, RunsError> {
             .filter(runs::Column::Status.eq(Status::Pending))
             .filter(runs::Column::OwnerWorkerId.is_in(dead_workers))
             .into_tuple::<Option<String>>()
-            .all(engine.store.control_db())
+            .all(engine.store().control_db())
             .await?
             .into_iter()
             .flatten()
@@ -122,10 +125,10 @@ pub async fn find_dead(engine: &Engine) -> Result<Vec<String>, RunsError> {
     if !dead.is_empty() {
         tracing::info!(dead_replicas = ?dead, "replicas without a heartbeat own PENDING runs; starting them before our own");
     }
-    *engine.dead_owners.lock().unwrap_or_else(|p| p.into_inner()) = dead.clone();
+    engine.set_dead_owners(dead.clone());
 
     let forget_before = now - FORGET_AFTER.as_millis() as i64;
-    let tx = engine.store.control_tx().await?;
+    let tx = engine.store().control_tx().await?;
     workers::Entity::delete_many().filter(workers::Column::ExpiresAt.lt(forget_before)).exec(&*tx).await?;
     tx.commit().await?;
     Ok(dead)

@@ -9,13 +9,11 @@
 //! A terminal status is never overwritten by another.
 
 pub mod admission;
-pub mod admitter;
 pub mod backlog;
 pub mod cancel;
 pub mod finalize;
 pub mod lease;
 pub mod liveness;
-pub mod resume;
 pub mod start;
 pub mod user_caps;
 

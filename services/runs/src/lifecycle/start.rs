@@ -30,7 +30,7 @@ pub async fn try_start_many(engine: &Engine, run_ids: &[String]) -> Result<Vec<r
     let claimant = std::sync::Arc::new(Claimant::of(engine));
     let run_ids: std::sync::Arc<[String]> = run_ids.into();
     let started = engine
-        .store
+        .store()
         .write(Priority::Lifecycle, move |tx| {
             let (claimant, run_ids) = (claimant.clone(), run_ids.clone());
             Box::pin(async move { Ok::<_, RunsError>(start_in(tx, &claimant, &run_ids).await?) })
@@ -54,9 +54,9 @@ pub struct Claimant {
 impl Claimant {
     pub fn of(engine: &Engine) -> Self {
         Self {
-            worker_id: engine.worker_id.clone(),
-            lease_ms: engine.config.lease().as_millis() as i64,
-            grace_ms: engine.config.grace().as_millis() as i64,
+            worker_id: engine.worker_id().to_owned(),
+            lease_ms: engine.config().lease().as_millis() as i64,
+            grace_ms: engine.config().grace().as_millis() as i64,
             dead: engine.dead_owners(),
         }
     }
@@ -144,7 +144,7 @@ pub async fn startable(engine: &Engine, limit: u64) -> Result<Vec<String>, RunsE
 
 /// Up to `limit` startable PENDING runs that match `which`, oldest first.
 async fn pending(engine: &Engine, which: Condition, limit: u64) -> Result<Vec<String>, RunsError> {
-    Ok(pending_select(which, limit).into_tuple::<String>().all(engine.store.db()).await?)
+    Ok(pending_select(which, limit).into_tuple::<String>().all(engine.store().db()).await?)
 }
 
 /// The ids of up to `limit` startable PENDING runs that match `which`, oldest first.

@@ -14,95 +14,17 @@ pub mod writer;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, SqlErr, TransactionTrait,
-};
-use sea_orm_migration::MigratorTrait;
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, TransactionTrait};
 pub use slot::Priority;
 use slot::{SlotGuard, WriteSlot};
 use writer::WriterThread;
 
 use crate::config::DatabaseConfig;
 
-/// Database failures, classified for the callers that care.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database error: {0}")]
-    Db(#[from] DbErr),
-    #[error("stored value is corrupt: {0}")]
-    Corrupt(String),
-}
-
-impl StoreError {
-    /// A unique index said no (an idempotency key or the one-active-run rule).
-    pub fn is_unique_violation(&self) -> bool {
-        matches!(self, StoreError::Db(e) if matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))))
-    }
-
-    /// Worth retrying: the database could not be reached or was busy, or gave up a transaction that
-    /// a retry can win. Everything else (a corrupt value, a schema that is not ours, a constraint we
-    /// broke) is a bug or damage a retry cannot fix.
-    pub fn is_transient(&self) -> bool {
-        let StoreError::Db(e) = self else { return false };
-        if self.is_busy() {
-            return true;
-        }
-        match e {
-            DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
-            DbErr::Exec(sea_orm::RuntimeErr::SqlxError(e)) | DbErr::Query(sea_orm::RuntimeErr::SqlxError(e)) => sqlx_transient(e),
-            _ => false,
-        }
-    }
-}
-
-fn sqlx_transient(e: &sea_orm::sqlx::Error) -> bool {
-    use sea_orm::sqlx::Error as E;
-    match e {
-        E::Io(_) | E::Tls(_) | E::Protocol(_) | E::PoolTimedOut | E::PoolClosed | E::WorkerCrashed | E::BeginFailed => true,
-        E::Database(db) => db.code().is_some_and(|code| transient_code(&code)),
-        _ => false,
-    }
-}
-
-/// PostgreSQL SQLSTATEs a retry can get past — class 08 (connection exception), 40001 (serialization
-/// failure), 40P01 (deadlock), class 53 (insufficient resources), 55P03 (lock not available),
-/// 57P01–57P03 (shutting down, cannot connect now) — and SQLite's BUSY (5) and LOCKED (6) with their
-/// extended codes (`code & 0xff`).
-fn transient_code(code: &str) -> bool {
-    // SQLSTATEs are always five characters (some all digits); SQLite's codes are plain numbers.
-    if code.len() != 5
-        && let Ok(sqlite) = code.parse::<u32>()
-    {
-        return matches!(sqlite & 0xff, 5 | 6);
-    }
-    code.starts_with("08") || code.starts_with("53") || matches!(code, "40001" | "40P01" | "55P03" | "57P01" | "57P02" | "57P03")
-}
-
-/// Errors that can say "SQLite is locked by another process; try again".
-pub trait Busy {
-    fn is_busy(&self) -> bool;
-}
-
-impl Busy for StoreError {
-    fn is_busy(&self) -> bool {
-        let StoreError::Db(e) = self else { return false };
-        let text = e.to_string();
-        text.contains("database is locked") || text.contains("SQLITE_BUSY") || text.contains("database table is locked")
-    }
-}
-
-impl From<prost::DecodeError> for StoreError {
-    fn from(e: prost::DecodeError) -> Self {
-        StoreError::Corrupt(e.to_string())
-    }
-}
-
-/// Milliseconds since the Unix epoch: how every timestamp is stored.
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
+// The error type, its classification and stored time are the kit's store toolkit, shared with memory.
+pub use antler_kit::store::{Busy, StoreError, now_ms};
 
 /// A write transaction; on SQLite it also holds the process's write slot until commit or drop.
 pub struct WriteTx {
@@ -416,18 +338,7 @@ impl Store {
         };
         let store = Self { db, control, writer, write_slot, writer_thread, checkpoints, _checkpointer: checkpointer.or(statistics) };
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
-        let mut attempt = 0;
-        loop {
-            match migration::Migrator::up(&store.db, None).await {
-                Ok(()) => break,
-                Err(error) if attempt < 5 => {
-                    attempt += 1;
-                    tracing::warn!(%error, attempt, "migration failed; retrying (another replica may be migrating)");
-                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
+        antler_kit::store::migrate::<migration::Migrator>(&store.db, "migration").await?;
         tracing::info!(backend = ?store.backend(), "runs database ready");
         Ok(store)
     }
@@ -530,42 +441,12 @@ impl Store {
 
     /// Runs `op` again (up to 5 times, 50 ms doubling to 1 s) when SQLite reports a lock held by
     /// another process.
-    pub async fn retry_busy<T, E, F, Fut>(&self, mut op: F) -> Result<T, E>
+    pub async fn retry_busy<T, E, F, Fut>(&self, op: F) -> Result<T, E>
     where
         E: Busy + std::fmt::Display,
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let mut delay = Duration::from_millis(50);
-        let mut attempt = 1;
-        loop {
-            match op().await {
-                Err(e) if e.is_busy() && attempt < 5 => {
-                    tracing::warn!(attempt, error = %e, "database busy; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(1));
-                    attempt += 1;
-                }
-                other => return other,
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_errors_a_retry_can_fix_are_transient() {
-        assert!(StoreError::Db(DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout)).is_transient());
-        assert!(!StoreError::Db(DbErr::Custom("no such table: runs".to_owned())).is_transient());
-        assert!(!StoreError::Corrupt("bad protobuf".to_owned()).is_transient());
-        for code in ["08006", "40001", "40P01", "53300", "57P01", "5", "517", "6"] {
-            assert!(transient_code(code), "{code}");
-        }
-        for code in ["42P01", "23505", "22P02", "XX000", "1", "11"] {
-            assert!(!transient_code(code), "{code}");
-        }
+        antler_kit::store::retry_busy(op).await
     }
 }

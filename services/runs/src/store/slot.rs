@@ -10,7 +10,7 @@
 //! runs at full speed and one beside busy workers is slowed but never stopped.
 //!
 //! The share is counted in time, not in grants: an admission turn is a batch of up to hundreds of
-//! runs (see `lifecycle::admitter`) and holds the slot far longer than one lifecycle write, so a count
+//! runs (see `lifecycle::admission::Batcher`) and holds the slot far longer than one lifecycle write, so a count
 //! of turns (what this did before: one admission turn every eight lifecycle grants) says little about
 //! who has the writer. Under a flood beside busy workers the writer is what limits completions (the
 //! server used half of the 2 cores), and the share sets the balance: 20 % kept 57 % of the completion

@@ -17,9 +17,12 @@ use antler_proto::runs::{CreateRunRequest, MultitaskStrategy};
 use sea_orm::{DbBackend, EntityTrait, Statement};
 use tokio::sync::{mpsc, oneshot};
 
-use super::admission::{self, Admitted, Effects, NewRun, new_run, new_thread_row};
+use super::one;
+use super::rows::{NewRun, new_run, new_thread_row};
+use super::{Admitted, Effects};
 use crate::engine::Engine;
 use crate::error::RunsError;
+use crate::lifecycle::user_caps;
 use crate::store::entity::{run_inputs, runs, threads};
 use crate::store::{Priority, insert_chunked, now_ms};
 use crate::stream::insert_rows;
@@ -41,13 +44,13 @@ pub struct Job {
     reply: oneshot::Sender<Outcome>,
 }
 
-/// The handle CreateRun uses; see the module documentation.
+/// The handle admission hands batchable requests to; see the module documentation.
 #[derive(Debug, Clone)]
-pub struct Admitter {
+pub struct Batcher {
     jobs: mpsc::Sender<Job>,
 }
 
-impl Admitter {
+impl Batcher {
     /// The handle and the receiving end for [`run`].
     pub fn channel() -> (Self, mpsc::Receiver<Job>) {
         let (jobs, rx) = mpsc::channel(QUEUE);
@@ -59,19 +62,8 @@ impl Admitter {
         req.thread_id.is_empty() && req.checkpoint_id.is_empty() && req.resume.is_none()
     }
 
-    /// `create_or_reject`: admits `req` (which must have passed `admission::sanitise`) or refuses it,
-    /// writing nothing. A run on a new thread goes with the next group commit; any other in a
-    /// transaction of its own.
-    pub async fn create_or_reject(&self, engine: &Engine, user_id: &str, req: &CreateRunRequest) -> Outcome {
-        let fp = admission::fingerprint(req);
-        if Self::batchable(req) {
-            return self.admit(user_id, req, fp).await;
-        }
-        admission::create_or_reject_one(engine, user_id, req, &fp).await
-    }
-
-    /// Admits `req` with the next batch.
-    async fn admit(&self, user_id: &str, req: &CreateRunRequest, fingerprint: String) -> Outcome {
+    /// Admits `req` (sanitised, fingerprinted) with the next batch.
+    pub(super) async fn admit(&self, user_id: &str, req: &CreateRunRequest, fingerprint: String) -> Outcome {
         let (reply, answer) = oneshot::channel();
         let job = Job { user_id: user_id.to_owned(), req: req.clone(), fingerprint, reply };
         if self.jobs.send(job).await.is_err() {
@@ -87,7 +79,7 @@ pub async fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>) {
     loop {
         let first = tokio::select! {
             job = jobs.recv() => match job { Some(job) => job, None => return },
-            () = engine.shutdown.cancelled() => return,
+            () = engine.until_shutdown() => return,
         };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -106,7 +98,7 @@ pub async fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>) {
             Err(error) => {
                 tracing::debug!(%error, size = batch.len(), "admission batch failed; admitting its requests one by one");
                 for job in batch {
-                    let outcome = admission::create_or_reject_one(&engine, &job.user_id, &job.req, &job.fingerprint).await;
+                    let outcome = one::create_or_reject_one(&engine, &job.user_id, &job.req, &job.fingerprint).await;
                     let _ = job.reply.send(outcome);
                 }
             }
@@ -123,7 +115,7 @@ enum Plan {
 }
 
 async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, RunsError> {
-    let tx = engine.store.tx_for(Priority::Admission).await?;
+    let tx = engine.store().tx_for(Priority::Admission).await?;
     let now = now_ms();
 
     // Runs that already hold this batch's idempotency keys: one query.
@@ -131,19 +123,19 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
         batch.iter().filter(|j| !j.req.idempotency_key.is_empty()).map(|j| (j.user_id.as_str(), j.req.idempotency_key.as_str())).collect();
     let mut existing: HashMap<(String, String), runs::Model> = HashMap::new();
     if !keyed.is_empty() {
-        for run in runs::Entity::find().from_raw_sql(keys_query(engine.store.backend(), &keyed)).all(&*tx).await? {
+        for run in runs::Entity::find().from_raw_sql(keys_query(engine.store().backend(), &keyed)).all(&*tx).await? {
             if let Some(key) = run.idempotency_key.clone() {
                 existing.insert((run.user_id.clone(), key), run);
             }
         }
     }
-    let limit = engine.config.max_pending_runs;
-    let mut pending = if limit > 0 { engine.backlog.pending(&*tx).await? } else { 0 };
+    let limit = engine.config().max_pending_runs;
+    let mut pending = if limit > 0 { engine.backlog().pending(&*tx).await? } else { 0 };
     // Per-user caps: each user's counts read once for the batch, then followed through it.
-    let mut per_user: HashMap<&str, super::user_caps::Counts> = HashMap::new();
+    let mut per_user: HashMap<&str, user_caps::Counts> = HashMap::new();
     for job in batch {
         if !per_user.contains_key(job.user_id.as_str()) {
-            per_user.insert(&job.user_id, engine.user_runs.counts(&engine.config, &*tx, &job.user_id).await?);
+            per_user.insert(&job.user_id, engine.user_runs().counts(engine.config(), &*tx, &job.user_id).await?);
         }
     }
 
@@ -154,7 +146,7 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
         let key = (job.user_id.as_str(), job.req.idempotency_key.as_str());
         if !key.1.is_empty() {
             if let Some(run) = existing.get(&(key.0.to_owned(), key.1.to_owned())) {
-                plans.push(Plan::Done(Box::new(admission::reuse(run.clone(), &job.fingerprint).map(|a| (a, Effects::default())))));
+                plans.push(Plan::Done(Box::new(one::reuse(run.clone(), &job.fingerprint).map(|a| (a, Effects::default())))));
                 continue;
             }
             if let Some(&first) = claimed.get(&key) {
@@ -163,11 +155,11 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
             }
         }
         if limit > 0 && pending >= limit {
-            plans.push(Plan::Done(Box::new(Err(admission::backlog_full(pending, limit)))));
+            plans.push(Plan::Done(Box::new(Err(one::backlog_full(pending, limit)))));
             continue;
         }
         let counts = per_user.entry(&job.user_id).or_default();
-        if let Err(refused) = super::user_caps::check(&engine.config, *counts) {
+        if let Err(refused) = user_caps::check(engine.config(), *counts) {
             plans.push(Plan::Done(Box::new(Err(refused))));
             continue;
         }
@@ -204,19 +196,19 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
         plans.iter().filter_map(|p| if let Plan::Create(n) = p { Some(n.run.run_id.clone()) } else { None }).collect();
     for (job, plan) in batch.iter().zip(&plans) {
         if let Plan::Create(planned) = plan {
-            engine.secrets.keep(&planned.run.run_id, job.req.secrets.clone().into_iter().collect());
+            engine.secrets().keep(&planned.run.run_id, job.req.secrets.clone().into_iter().collect());
         }
     }
     if let Err(error) = tx.commit().await {
         for run_id in &created {
-            engine.secrets.forget(run_id);
+            engine.secrets().forget(run_id);
         }
         return Err(error.into());
     }
-    engine.backlog.admitted(created.len() as u64);
+    engine.backlog().admitted(created.len() as u64);
     for (job, plan) in batch.iter().zip(&plans) {
         if matches!(plan, Plan::Create(_)) {
-            engine.user_runs.admitted(&job.user_id, 1);
+            engine.user_runs().admitted(&job.user_id, 1);
         }
     }
 
@@ -233,7 +225,7 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
                 Ok((Admitted { run, reused: false }, Effects { events: vec![first], superseded: Vec::new() }))
             }
             Plan::SameKeyAs(first) => match runs_by_index.get(&first) {
-                Some(run) => admission::reuse(run.clone(), &batch[i].fingerprint).map(|a| (a, Effects::default())),
+                Some(run) => one::reuse(run.clone(), &batch[i].fingerprint).map(|a| (a, Effects::default())),
                 None => Err(RunsError::Unavailable("the run of an earlier request with the same key was not admitted".to_owned())),
             },
         };

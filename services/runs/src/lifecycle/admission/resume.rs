@@ -27,7 +27,7 @@ pub async fn apply(engine: &Engine, user_id: &str, req: &mut CreateRunRequest) -
     let pending = pending(engine, user_id, &req.thread_id).await?;
     // A retry of an answer already admitted: the idempotency key finds that run (the fingerprint
     // ignores the input written from the answer), although the clarification is no longer pending.
-    if pending.is_none() && super::admission::find_by_key(engine, user_id, &req.idempotency_key).await?.is_some() {
+    if pending.is_none() && super::one::find_by_key(engine, user_id, &req.idempotency_key).await?.is_some() {
         return Ok(());
     }
     let pending = pending.ok_or_else(|| {
@@ -54,14 +54,14 @@ pub async fn apply(engine: &Engine, user_id: &str, req: &mut CreateRunRequest) -
 
 /// The clarification the thread waits on: the last one of its latest run, when that run stopped to ask.
 async fn pending(engine: &Engine, user_id: &str, thread_id: &str) -> Result<Option<ClarificationEvent>, RunsError> {
-    let thread = threads::Entity::find_by_id((user_id.to_owned(), thread_id.to_owned())).one(engine.store.db()).await?;
+    let thread = threads::Entity::find_by_id((user_id.to_owned(), thread_id.to_owned())).one(engine.store().db()).await?;
     let Some(thread) = thread else { return Err(RunsError::NotFound(format!("thread {thread_id}"))) };
     let Some(latest) = thread.latest_run_id else { return Ok(None) };
-    let Some(run) = runs::Entity::find_by_id(latest).one(engine.store.db()).await? else { return Ok(None) };
+    let Some(run) = runs::Entity::find_by_id(latest).one(engine.store().db()).await? else { return Ok(None) };
     if run.status != Status::Success || run.stop_reason.as_deref() != Some("clarification") {
         return Ok(None);
     }
-    let events = read_after(&engine.store, &run.run_id, 0, &[EventKind::Clarification as i32], 1000).await?;
+    let events = read_after(engine.store(), &run.run_id, 0, &[EventKind::Clarification as i32], 1000).await?;
     Ok(events.into_iter().rev().find_map(|e| match e.kind {
         Some(Kind::Clarification(c)) => Some(c),
         _ => None,
