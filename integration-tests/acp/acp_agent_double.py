@@ -50,8 +50,8 @@ def call(method, params):
     sys.exit(0)
 
 
-def update(kind, **fields):
-    fields["sessionUpdate"] = kind
+def update(session_update, **fields):
+    fields["sessionUpdate"] = session_update
     send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id, "update": fields}})
 
 
