@@ -42,9 +42,7 @@ fn acp_events(events: &[antler_proto::runs::RunEvent]) -> Vec<Value> {
     events
         .iter()
         .filter_map(|e| match &e.kind {
-            Some(Kind::Custom(c)) if c.name == "acp_agent" => {
-                Some(antler_kit::json::value_to_json(&c.data.clone().unwrap_or_default()))
-            }
+            Some(Kind::Custom(c)) if c.name == "acp_agent" => Some(antler_kit::json::value_to_json(&c.data.clone().unwrap_or_default())),
             _ => None,
         })
         .collect()

@@ -168,7 +168,10 @@ pub fn parse(raw: &str, field: &str, default: Option<VirtualPath>) -> Result<Vir
         }
     }
     let outside = || {
-        SandboxError::denied(raw, "outside the sandbox roots (/mnt/user-data/workspace, uploads, outputs, /mnt/skills and /mnt/acp-workspace)")
+        SandboxError::denied(
+            raw,
+            "outside the sandbox roots (/mnt/user-data/workspace, uploads, outputs, /mnt/skills and /mnt/acp-workspace)",
+        )
     };
     match parts.as_slice() {
         ["mnt", "user-data"] => Ok(VirtualPath::UserData),

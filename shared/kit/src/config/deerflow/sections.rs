@@ -459,7 +459,9 @@ fn sandbox(ctx: &mut Ctx, value: Value) -> Result<(), ConfigError> {
     }
     ctx.line(Line::applied("sandbox", note, &targets));
     leftovers(ctx, &reader, &|key| match key {
-        "mounts" | "thread_data_mounts" => Some("Antler mounts only the thread's user-data directories and, read-only, the skills and the ACP workspace"),
+        "mounts" | "thread_data_mounts" => {
+            Some("Antler mounts only the thread's user-data directories and, read-only, the skills and the ACP workspace")
+        }
         "environment" => Some("Antler passes commands only the host variables in sandbox.commands.env_allowlist"),
         _ => Some("a container or VM sandbox setting; Antler's sandboxes are bubblewrap namespaces or host processes on this host"),
     });

@@ -62,8 +62,7 @@ impl Workspace {
     /// The host path to read: resolved through every link, and inside.
     pub fn read_path(&self, requested: &Path) -> Result<PathBuf, FsError> {
         let path = self.root.join(self.relative(requested)?);
-        let resolved =
-            std::fs::canonicalize(&path).map_err(|source| FsError::Io { path: requested.display().to_string(), source })?;
+        let resolved = std::fs::canonicalize(&path).map_err(|source| FsError::Io { path: requested.display().to_string(), source })?;
         if !self.inside(&resolved) {
             return Err(FsError::Outside(requested.display().to_string()));
         }

@@ -59,7 +59,9 @@ pub enum Progress {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
     /// The prompt turn ended (`end_turn`, `max_tokens`, `refusal`, …).
-    Finished { stop_reason: String },
+    Finished {
+        stop_reason: String,
+    },
     /// It could not start, broke the protocol or exited early.
     Failed(String),
     TimedOut,
