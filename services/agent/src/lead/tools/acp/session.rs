@@ -319,7 +319,8 @@ async fn run(call: Call, progress: mpsc::UnboundedSender<Progress>, cancel: Canc
     };
     let mut conversation = std::pin::pin!(conversation);
     let stop_early = |ending: Ending| async {
-        if let Some(id) = session_id.borrow().clone() {
+        let id = session_id.borrow().clone();
+        if let Some(id) = id {
             let _ = conn.cancel(acp::CancelNotification::new(id)).await;
         }
         ending
