@@ -105,6 +105,7 @@ const APPLIED: &[&str] = &[
     "skills",
     "skill_scan",
     "skill_evolution",
+    "acp_agents",
     "title",
     "summarization",
     "memory",
@@ -123,7 +124,6 @@ const NOT_APPLIED: &[&str] = &[
     "input_polish",
     "tool_progress",
     "read_before_write",
-    "acp_agents",
     "agents_api",
     "checkpointer",
     "dedupe_storage",
@@ -159,7 +159,7 @@ async fn antler_up_applies_or_lists_every_deerflow_section_once_and_config_check
     let lines = logged_lines(&stderr);
     let summaries: Vec<&str> = stderr.lines().filter(|l| l.contains("DeerFlow config.yaml (config_version 34)")).collect();
     assert_eq!(summaries.len(), 1, "the mapping is logged once: {summaries:#?}");
-    assert!(summaries[0].contains("25 sections applied, 21 accepted but not applied"), "{}", summaries[0]);
+    assert!(summaries[0].contains("26 sections applied, 20 accepted but not applied"), "{}", summaries[0]);
 
     for section in APPLIED {
         let found = about(&lines, section);
@@ -194,6 +194,7 @@ async fn antler_up_applies_or_lists_every_deerflow_section_once_and_config_check
         "{lines:#?}"
     );
     assert!(has("accepted, not applied: channels (Antler has no messaging channels)"));
+    assert!(has("applied: acp_agents (the lead agent's invoke_acp_agent tool) → runs.lead.acp_agents"), "{lines:#?}");
     assert!(
         has("accepted, not applied: memory.backend_config.{storage_path, staleness_review_enabled, staleness_age_days} ("),
         "{lines:#?}"
@@ -218,7 +219,7 @@ async fn antler_up_applies_or_lists_every_deerflow_section_once_and_config_check
     let printed: Vec<String> = stdout.lines().filter_map(|l| l.strip_prefix("#   ")).map(str::to_owned).collect();
     assert_eq!(printed, lines, "config check and start-up list the same mapping");
     assert!(
-        stdout.starts_with("# DeerFlow config.yaml (config_version 34): 25 sections applied, 21 accepted but not applied\n"),
+        stdout.starts_with("# DeerFlow config.yaml (config_version 34): 26 sections applied, 20 accepted but not applied\n"),
         "{stdout}"
     );
     // The translated file, resolved: DeerFlow's values under Antler's names.

@@ -20,6 +20,8 @@ pub const CATALOGUE: Catalogue = &[
             Label::runtime("provider", "the configured provider: searxng, tavily, brave, serper, exa, firecrawl, jina or direct"),
             Label::known("outcome", &["ok", "error", "refused"]),
         ]),
+    Family::counter("antler_agent_acp_calls_total", "invoke_acp_agent calls to external ACP agents, by how they ended.")
+        .labels(&[Label::known("outcome", &["ok", "failed", "timeout", "cancelled"])]),
     Family::counter("antler_agent_web_fetch_refused_total", "web_fetch URLs refused by the SSRF rules, by the rule they broke.").labels(&[
         Label::known(
             "rule",

@@ -75,7 +75,15 @@ pub async fn mount(
     tracing::info!(worker_id, max_concurrent_runs = config.max_concurrent_runs, "runs worker starting");
     let agents = agents.unwrap_or_else(|| match config.agent {
         config::AgentKind::Script => Arc::new(script::ScriptFactory),
-        config::AgentKind::Lead => Arc::new(antler_agent::lead::LeadFactory { config: config.lead.clone(), custom: Vec::new() }),
+        config::AgentKind::Lead => {
+            let mut lead = config.lead.clone();
+            // The sandbox service keeps the ACP workspaces under its `{server.data_dir}/sandbox`; in one
+            // process (`antler up`) or on a shared data directory that is this service's too.
+            if lead.acp.workspace_root.is_empty() {
+                lead.acp.workspace_root = ctx.config.server.data_dir.join("sandbox").to_string_lossy().into_owned();
+            }
+            Arc::new(antler_agent::lead::LeadFactory { config: lead, custom: Vec::new() })
+        }
     });
     let (batcher, admissions) = lifecycle::admission::Batcher::channel();
     let engine = Arc::new(engine::Engine::new(store, config, worker_id, ctx.clients.clone(), agents, ctx.shutdown.child_token()));

@@ -10,6 +10,9 @@ use crate::error::{Result, SandboxError, echo};
 pub const USER_DATA: &str = "/mnt/user-data";
 /// The read-only skills root.
 pub const SKILLS: &str = "/mnt/skills";
+/// The thread's ACP workspace: written by the external ACP agents the lead agent calls
+/// (`invoke_acp_agent`, which runs them on the host), read-only to everything in the sandbox.
+pub const ACP_WORKSPACE: &str = "/mnt/acp-workspace";
 /// Longest path accepted, in bytes (Linux PATH_MAX).
 pub const MAX_PATH_BYTES: usize = 4096;
 /// Longest single name accepted, in bytes (Linux NAME_MAX).
@@ -22,10 +25,11 @@ pub enum Root {
     Uploads,
     Outputs,
     Skills,
+    AcpWorkspace,
 }
 
 impl Root {
-    pub const ALL: [Root; 4] = [Root::Workspace, Root::Uploads, Root::Outputs, Root::Skills];
+    pub const ALL: [Root; 5] = [Root::Workspace, Root::Uploads, Root::Outputs, Root::Skills, Root::AcpWorkspace];
     pub const USER_DATA: [Root; 3] = [Root::Workspace, Root::Uploads, Root::Outputs];
 
     /// The root's virtual path.
@@ -35,21 +39,23 @@ impl Root {
             Root::Uploads => "/mnt/user-data/uploads",
             Root::Outputs => "/mnt/user-data/outputs",
             Root::Skills => SKILLS,
+            Root::AcpWorkspace => ACP_WORKSPACE,
         }
     }
 
-    /// Its directory name under the thread's `user-data` directory (None for skills).
+    /// Its directory name under the thread's `user-data` directory (None for skills and the ACP
+    /// workspace, which live elsewhere).
     pub fn dir_name(self) -> Option<&'static str> {
         match self {
             Root::Workspace => Some("workspace"),
             Root::Uploads => Some("uploads"),
             Root::Outputs => Some("outputs"),
-            Root::Skills => None,
+            Root::Skills | Root::AcpWorkspace => None,
         }
     }
 
     pub fn read_only(self) -> bool {
-        self == Root::Skills
+        matches!(self, Root::Skills | Root::AcpWorkspace)
     }
 
     pub fn description(self) -> &'static str {
@@ -58,6 +64,7 @@ impl Root {
             Root::Uploads => "files sent with UploadFiles",
             Root::Outputs => "deliverables (see SnapshotOutputs)",
             Root::Skills => "enabled skills (read-only)",
+            Root::AcpWorkspace => "what external ACP agents wrote (invoke_acp_agent; read-only)",
         }
     }
 }
@@ -101,7 +108,7 @@ impl VirtualPath {
     pub fn writable(&self) -> Result<(Root, &str)> {
         let (root, rel) = self.within_root()?;
         if root.read_only() {
-            return Err(SandboxError::denied(&self.display(), "/mnt/skills is read-only"));
+            return Err(SandboxError::denied(&self.display(), format!("{} is read-only", root.virtual_path())));
         }
         Ok((root, rel))
     }
@@ -135,7 +142,8 @@ impl VirtualPath {
 /// `/mnt/user-data/workspace`; `\` is treated as `/` (agents trained on Windows paths send it).
 ///
 /// Refused: NUL bytes and over-long paths or names (INVALID_ARGUMENT, naming `field`); any `..` component
-/// and anything outside `/mnt/user-data/{workspace,uploads,outputs}` and `/mnt/skills` (PERMISSION_DENIED).
+/// and anything outside `/mnt/user-data/{workspace,uploads,outputs}`, `/mnt/skills` and
+/// `/mnt/acp-workspace` (PERMISSION_DENIED).
 pub fn parse(raw: &str, field: &str, default: Option<VirtualPath>) -> Result<VirtualPath> {
     if raw.is_empty() {
         return default.ok_or_else(|| SandboxError::invalid(field, "is required"));
@@ -159,7 +167,12 @@ pub fn parse(raw: &str, field: &str, default: Option<VirtualPath>) -> Result<Vir
             name => parts.push(name),
         }
     }
-    let outside = || SandboxError::denied(raw, "outside the sandbox roots (/mnt/user-data/workspace, uploads, outputs and /mnt/skills)");
+    let outside = || {
+        SandboxError::denied(
+            raw,
+            "outside the sandbox roots (/mnt/user-data/workspace, uploads, outputs, /mnt/skills and /mnt/acp-workspace)",
+        )
+    };
     match parts.as_slice() {
         ["mnt", "user-data"] => Ok(VirtualPath::UserData),
         ["mnt", "user-data", root, rest @ ..] => {
@@ -172,6 +185,7 @@ pub fn parse(raw: &str, field: &str, default: Option<VirtualPath>) -> Result<Vir
             Ok(VirtualPath::In { root, rel: rest.join("/") })
         }
         ["mnt", "skills", rest @ ..] => Ok(VirtualPath::In { root: Root::Skills, rel: rest.join("/") }),
+        ["mnt", "acp-workspace", rest @ ..] => Ok(VirtualPath::In { root: Root::AcpWorkspace, rel: rest.join("/") }),
         _ => Err(outside()),
     }
 }
@@ -215,6 +229,10 @@ mod tests {
     fn writes_to_skills_and_user_data_itself_are_refused() {
         let skills = parse("/mnt/skills/a", "path", None).ok();
         assert!(skills.is_some_and(|p| p.writable().is_err()));
+        let acp = parse("/mnt/acp-workspace/result.txt", "path", None).ok();
+        assert!(acp.as_ref().is_some_and(|p| p.within_root().is_ok()), "readable");
+        let refused = acp.and_then(|p| p.writable().err()).map(|e| e.to_string()).unwrap_or_default();
+        assert!(refused.contains("/mnt/acp-workspace is read-only"), "{refused}");
         assert!(VirtualPath::UserData.within_root().is_err());
     }
 

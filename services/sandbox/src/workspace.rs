@@ -9,6 +9,9 @@
 //!   users/{user_dir}/threads/{thread_id}/      0711 (user_dir: see ids::user_dir_name)
 //!     user-data/                               0711
 //!       workspace/ uploads/ outputs/           0755, owned by the sandbox user (see resolve::Ownership)
+//!     acp-workspace/                           0755, the service's: written by the ACP agents the lead
+//!                                              agent starts on the runs host, mounted read-only at
+//!                                              /mnt/acp-workspace
 //! ```
 //! Intermediate directories are searchable but not listable by others (0711), so the unprivileged user
 //! bwrap runs as can reach its own thread's directories to mount them and nothing else.
@@ -46,6 +49,7 @@ impl Layout {
     }
 
     /// The sandbox's directories, whether or not they exist yet.
+    /// The agent's `invoke_acp_agent` finds `acp-workspace` by this layout (its `workspace_dir`).
     pub fn workspace(&self, user_id: &str, thread_id: &str) -> Workspace {
         let thread = self.base.join("users").join(ids::user_dir_name(user_id)).join("threads").join(thread_id);
         Workspace { user_data: thread.join("user-data"), thread, skills: self.skills.view_dir(user_id), ownership: self.ownership }
@@ -77,6 +81,9 @@ fn make_dir(path: &Path, mode: u32) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
+/// The ACP workspace's directory name in a thread's directory.
+pub const ACP_DIR: &str = "acp-workspace";
+
 /// One thread's directories.
 #[derive(Debug, Clone)]
 pub struct Workspace {
@@ -89,9 +96,10 @@ pub struct Workspace {
 impl Workspace {
     /// Host directory of a root.
     pub fn host_root(&self, root: Root) -> PathBuf {
-        match root.dir_name() {
-            Some(name) => self.user_data.join(name),
-            None => self.skills.clone(),
+        match (root, root.dir_name()) {
+            (_, Some(name)) => self.user_data.join(name),
+            (Root::AcpWorkspace, None) => self.thread.join(ACP_DIR),
+            (_, None) => self.skills.clone(),
         }
     }
 
@@ -154,6 +162,12 @@ impl Workspace {
             }
             self.ownership.apply_path(&dir).map_err(std::io::Error::from)?;
         }
+        // Not handed to the sandbox user: only the ACP agents (processes of the service's own user)
+        // write here, and the sandbox reads it.
+        let acp = self.host_root(Root::AcpWorkspace);
+        if std::fs::symlink_metadata(&acp).is_err() {
+            make_dir(&acp, 0o755)?;
+        }
         Ok(created)
     }
 
@@ -182,6 +196,8 @@ mod tests {
         for root in Root::USER_DATA {
             assert!(ws.host_root(root).is_dir());
         }
+        assert!(ws.host_root(Root::AcpWorkspace).ends_with(format!("users/{}/threads/t1/acp-workspace", ids::user_dir_name("a.b"))));
+        assert!(ws.host_root(Root::AcpWorkspace).is_dir());
         layout.skills().refresh_view("a.b").map_err(std::io::Error::other)?;
         assert!(ws.host_root(Root::Skills).is_dir());
         let mode = std::fs::metadata(layout.base())?.permissions().mode() & 0o777;

@@ -31,6 +31,11 @@ pub struct LeadConfig {
     /// What a run that asks for thinking on a model without `supports_thinking` does (see
     /// `thinking.rs`): `ignore` (run without it, say so in an event and a WARN line) or `refuse`.
     pub thinking_unsupported: super::thinking::ThinkingUnsupported,
+    /// DeerFlow's `acp_agents`: external coding agents `invoke_acp_agent` may start, by name (none:
+    /// no tool).
+    pub acp_agents: std::collections::BTreeMap<String, super::tools::acp::config::AcpAgentConfig>,
+    /// How ACP calls are bounded and what their permission requests get.
+    pub acp: super::tools::acp::config::AcpConfig,
 }
 
 /// `runs.lead.truncated_answer`: a final answer the model could not finish is not a success by
@@ -392,6 +397,7 @@ impl LeadConfig {
         check_range("runs.lead.loop_detection.tool_freq_hard_limit", l.tool_freq_hard_limit.into(), l.tool_freq_warn.into(), 100_000)?;
         self.subagents.validate()?;
         self.web.validate()?;
+        super::tools::acp::config::validate(&self.acp_agents, &self.acp)?;
         Ok(())
     }
 }

@@ -127,6 +127,9 @@ impl AgentFactory for LeadFactory {
         if self.config.skill_evolution.enabled {
             tools.extend([Arc::new(tools::skill_manage::SkillManage) as Arc<dyn tools::Tool>]);
         }
+        if let Some(acp) = tools::acp::InvokeAcpAgent::new(&self.config.acp_agents, &self.config.acp) {
+            tools.extend([Arc::new(acp) as Arc<dyn tools::Tool>]);
+        }
         if builtin_prompt && (tools.get("web_search").is_some() || tools.get("web_fetch").is_some()) {
             base.push_str(prompt::WEB_RESEARCH);
         }

@@ -4,7 +4,8 @@
 //! * a read-only system view (`sandbox.bwrap.system_paths`: /usr, /bin, the loader's and the resolver's
 //!   files under /etc — not /etc as a whole, so /etc/shadow and host keys stay out), a fresh /proc and
 //!   /dev, a private /tmp, and a read-only root;
-//! * only this thread's directories mounted, at their virtual paths, and the skills view read-only;
+//! * only this thread's directories mounted, at their virtual paths, and the skills view and the
+//!   thread's ACP workspace (`/mnt/acp-workspace`) read-only;
 //! * `--die-with-parent` and `--new-session` (no terminal injection), all capabilities dropped, no nested
 //!   user namespaces;
 //! * the seccomp filter of [`crate::seccomp`] (`sandbox.seccomp: strict`, the default), handed to bwrap
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant};
 use tokio::process::Command;
 
 use crate::config::BwrapConfig;
-use crate::paths::{Root, SKILLS};
+use crate::paths::{ACP_WORKSPACE, Root, SKILLS};
 use crate::providers::{Launch, Provider, ProviderKind};
 use crate::resolve::Ownership;
 use crate::seccomp::Filter;
@@ -135,6 +136,9 @@ impl BwrapProvider {
             args.extend(["--bind".into(), workspace.host_root(root).into_os_string(), root.virtual_path().into()]);
         }
         args.extend(["--ro-bind".into(), workspace.host_root(Root::Skills).into_os_string(), SKILLS.into()]);
+        // What ACP agents wrote for the lead agent: readable, never writable, from inside (DeerFlow's
+        // /mnt/acp-workspace is read-only to the lead agent too).
+        args.extend(["--ro-bind".into(), workspace.host_root(Root::AcpWorkspace).into_os_string(), ACP_WORKSPACE.into()]);
         // Last, so the mount points above could be created first: the root itself becomes read-only.
         args.extend(["--remount-ro".into(), "/".into(), "--chdir".into(), cwd_virtual.into(), "--".into()]);
         let c = &self.config;

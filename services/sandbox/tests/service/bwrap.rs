@@ -208,3 +208,33 @@ async fn bwrap_commands_cannot_see_another_threads_workspace() -> anyhow::Result
     })
     .await
 }
+
+/// `/mnt/acp-workspace` (what the ACP agents the lead agent calls wrote) is mounted read-only: a command
+/// reads a file put there on the host and cannot change or add one; ReadFile reads it and WriteFile is
+/// refused. Control: the same write works in the thread's workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bwrap_mounts_the_acp_workspace_read_only() -> anyhow::Result<()> {
+    skip_unless_bwrap!("bwrap_mounts_the_acp_workspace_read_only");
+    bounded(async {
+        let server = common::start("provider: bwrap").await?;
+        let mut c = server.client().await?;
+        common::acquire(&mut c, ALICE_KEY, T).await?;
+        let acp = server.host_root("alice", T, "workspace").parent().and_then(|p| p.parent()).map(|t| t.join("acp-workspace"));
+        let acp = acp.ok_or_else(|| anyhow::anyhow!("no thread directory"))?;
+        assert!(acp.is_dir(), "AcquireSandbox creates {}", acp.display());
+        std::fs::write(acp.join("result.txt"), "ACP-RESULT-7")?;
+        let command = "cat /mnt/acp-workspace/result.txt; echo; echo x > /mnt/acp-workspace/result.txt 2>&1; \
+                       touch /mnt/acp-workspace/new 2>&1; echo y > /mnt/user-data/workspace/ok.txt && echo wrote; echo done";
+        let ran = common::exec(&mut c, ALICE_KEY, T, command, Duration::from_secs(20)).await?;
+        assert!(ran.stdout.starts_with("ACP-RESULT-7\n") && ran.stdout.contains("wrote\ndone"), "{ran:?}");
+        assert_eq!(ran.all_output().matches("Read-only file system").count(), 2, "{ran:?}");
+        assert_eq!(std::fs::read_to_string(acp.join("result.txt"))?, "ACP-RESULT-7");
+        assert!(!acp.join("new").exists());
+        let read = common::read(&mut c, ALICE_KEY, T, "/mnt/acp-workspace/result.txt").await?;
+        assert!(read.content.contains("ACP-RESULT-7"), "{read:?}");
+        let refused = common::write(&mut c, ALICE_KEY, T, "/mnt/acp-workspace/x.txt", "x").await.err().map(|s| s.code());
+        assert_eq!(refused, Some(tonic::Code::PermissionDenied));
+        Ok(())
+    })
+    .await
+}

@@ -30,8 +30,9 @@ async fn acquire_is_idempotent_with_a_deterministic_id() -> anyhow::Result<()> {
         assert!(!a.exec_enabled, "local without allow_host_bash refuses commands");
         let limits = a.limits.unwrap_or_default();
         assert_eq!((limits.read_file_max_chars, limits.write_file_max_bytes, limits.upload_max_files), (50_000, 81_920, 10));
-        assert_eq!(a.mounts.len(), 4);
+        assert_eq!(a.mounts.len(), 5);
         assert!(a.mounts.iter().any(|m| m.virtual_path == "/mnt/skills" && m.read_only));
+        assert!(a.mounts.iter().any(|m| m.virtual_path == "/mnt/acp-workspace" && m.read_only));
         let bad = expect_code(common::acquire(&mut client, ALICE_KEY, "../etc").await, Code::InvalidArgument, "bad thread id");
         assert!(bad.message().starts_with("thread_id:"), "{}", bad.message());
         Ok(())

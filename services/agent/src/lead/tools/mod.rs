@@ -5,6 +5,7 @@
 //! model can read; a [`ToolError`] is an unexpected failure, turned into such a result by the
 //! ToolErrorHandling middleware. Neither fails the run.
 
+pub mod acp;
 pub mod ask_clarification;
 pub mod bash;
 pub mod glob;

@@ -20,7 +20,6 @@ fn not_applied_reason(section: &str) -> Option<&'static str> {
         "input_polish" => "a DeerFlow UI endpoint (/api/input-polish) that Antler does not serve",
         "tool_progress" => "Antler has no tool-progress state machine; loop_detection bounds repeated calls",
         "read_before_write" => "Antler's write_file and str_replace do not require an earlier read_file",
-        "acp_agents" => "Antler runs no ACP agents; its subagents are configured in runs.lead.subagents",
         "agents_api" => "Antler has no custom-agent management API; subagent types are configured in runs.lead.subagents.custom_agents",
         "checkpointer" => "Antler checkpoints in the runs database (see the database section)",
         "dedupe_storage" => "webhook dedupe of messaging channels, which Antler does not have",
@@ -77,6 +76,7 @@ fn translate(ctx: &mut Ctx, name: &str, value: Value) -> Result<(), ConfigError>
         "skills" => skills(ctx, value),
         "skill_scan" => skill_scan(ctx, value),
         "skill_evolution" => skill_evolution(ctx, value),
+        "acp_agents" => acp_agents(ctx, value),
         "title" => title(ctx, value),
         "summarization" => summarization(ctx, value),
         "memory" => memory(ctx, value),
@@ -459,7 +459,9 @@ fn sandbox(ctx: &mut Ctx, value: Value) -> Result<(), ConfigError> {
     }
     ctx.line(Line::applied("sandbox", note, &targets));
     leftovers(ctx, &reader, &|key| match key {
-        "mounts" | "thread_data_mounts" => Some("Antler mounts only the thread's user-data directories and, read-only, the skills"),
+        "mounts" | "thread_data_mounts" => {
+            Some("Antler mounts only the thread's user-data directories and, read-only, the skills and the ACP workspace")
+        }
         "environment" => Some("Antler passes commands only the host variables in sandbox.commands.env_allowlist"),
         _ => Some("a container or VM sandbox setting; Antler's sandboxes are bubblewrap namespaces or host processes on this host"),
     });
@@ -558,6 +560,46 @@ fn skill_evolution(ctx: &mut Ctx, value: Value) -> Result<(), ConfigError> {
         &targets,
     ));
     leftovers(ctx, &reader, &no_reason);
+    Ok(())
+}
+
+/// Each agent's `command`, `args`, `env` and `description` become `runs.lead.acp_agents.<name>`;
+/// its `model` and `auto_approve_permissions` are listed as not applied (Antler answers permission
+/// requests by one policy, `runs.lead.acp.permissions`, deny by default).
+fn acp_agents(ctx: &mut Ctx, value: Value) -> Result<(), ConfigError> {
+    let agents = match value {
+        Value::Null => Mapping::new(),
+        Value::Mapping(agents) => agents,
+        other => return Err(wrong_type("acp_agents", "a mapping of agents", &other)),
+    };
+    let mut translated = Mapping::new();
+    for (name, agent) in agents {
+        let key = crate::config::env::key_name(&name);
+        let path = format!("acp_agents.{key}");
+        let mut reader = Reader::new(&path, agent, ctx.lookup)?;
+        let mut out = Mapping::new();
+        for field in ["command", "description"] {
+            if let Some(text) = reader.string(field)? {
+                out.insert(Value::from(field), Value::from(text));
+            }
+        }
+        for field in ["args", "env"] {
+            if let Some(value) = reader.take(field)? {
+                out.insert(Value::from(field), value);
+            }
+        }
+        translated.insert(Value::from(key), Value::Mapping(out));
+        leftovers(ctx, &reader, &|field| match field {
+            "model" => Some("the agent's own configuration picks its model"),
+            "auto_approve_permissions" => {
+                Some("Antler answers every agent's permission requests by runs.lead.acp.permissions (deny by default; `*` grants all)")
+            }
+            _ => None,
+        });
+    }
+    let mut targets = Vec::new();
+    put(ctx, &mut targets, "runs.lead.acp_agents", Some(Value::Mapping(translated)), "acp_agents");
+    ctx.line(Line::applied("acp_agents", Some("the lead agent's invoke_acp_agent tool".to_owned()), &targets));
     Ok(())
 }
 

@@ -225,3 +225,19 @@ fn skill_scan_and_skill_evolution_map_onto_the_sandbox_scan_and_skill_manage() -
     assert!(!has_line(&config, "accepted, not applied: skill_evolution"), "{:#?}", lines(&config));
     Ok(())
 }
+
+#[test]
+fn acp_agents_become_the_lead_agents_acp_agents() -> Result<(), ConfigError> {
+    let config = parse(
+        "config_version: 34\nacp_agents:\n  claude_code:\n    command: npx\n    args: ['-y', '@zed-industries/claude-code-acp']\n    description: Claude Code\n    model: null\n    auto_approve_permissions: true\n    env: {ANTHROPIC_API_KEY: sk-test}\n",
+    )?;
+    let runs = section(&config, "runs");
+    assert_eq!(at(&runs, "lead.acp_agents.claude_code.command").as_str(), Some("npx"));
+    assert_eq!(at(&runs, "lead.acp_agents.claude_code.description").as_str(), Some("Claude Code"));
+    assert_eq!(at(&runs, "lead.acp_agents.claude_code.env.ANTHROPIC_API_KEY").as_str(), Some("sk-test"));
+    assert!(at(&runs, "lead.acp_agents.claude_code.args").as_sequence().is_some_and(|a| a.len() == 2));
+    assert!(has_line(&config, "applied: acp_agents"), "{:#?}", lines(&config));
+    assert!(has_line(&config, "accepted, not applied: acp_agents.claude_code.auto_approve_permissions"), "{:#?}", lines(&config));
+    assert!(has_line(&config, "accepted, not applied: acp_agents.claude_code.model"), "{:#?}", lines(&config));
+    Ok(())
+}
