@@ -66,7 +66,7 @@ use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::{
     CancelRunRequest, CreateRunRequest, CustomEvent, GetRunRequest, JoinRunRequest, Run, RunError, RunEvent, RunStatus, StreamRunRequest,
 };
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use futures::future::BoxFuture;
 use prost::Message as _;
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
