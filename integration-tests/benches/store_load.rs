@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use antler_integration_tests::db::{Backend, TestDb};
 use antler_integration_tests::llm_double::{AfterLast, LlmDouble, Select, Turn};
+use antler_integration_tests::procfs::{cpu_secs, rss_kib};
 use antler_integration_tests::runs::*;
 use antler_integration_tests::{Launch, Process, start};
 use antler_proto::runs::run_service_client::RunServiceClient;
@@ -56,16 +57,6 @@ fn wanted(phase: &str) -> bool {
     std::env::var("STORE_BENCH_ONLY").map(|only| only.split(',').any(|p| p.trim() == phase)).unwrap_or(true)
 }
 
-/// CPU seconds (user + system) a process has used so far.
-fn cpu_secs(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
-    // Fields after the command name (which may contain spaces) start after the last ')'.
-    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime is field 14 and stime 15 of the whole line, i.e. 11 and 12 after the ')'.
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 /// The CPU the server and this client process used over a window, in cores.
 struct Cpu {
     server: f64,
@@ -83,14 +74,6 @@ impl std::fmt::Display for Cpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "CPU: server {:.2} cores, bench client {:.2}", self.server, self.client)
     }
-}
-
-/// Resident set size of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
-        .unwrap_or(0)
 }
 
 async fn channels(server: &Process) -> Result<Vec<RunServiceClient<Channel>>> {

@@ -16,6 +16,15 @@ pub enum Backend {
     Postgres,
 }
 
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
 /// Both backends, for tests that must hold on each.
 pub const BACKENDS: [Backend; 2] = [Backend::Sqlite, Backend::Postgres];
 
@@ -28,6 +37,8 @@ pub struct TestDb {
     pub backend: Backend,
     pub url: String,
     pg_name: Option<String>,
+    /// Where the PostgreSQL database was created (and is dropped from).
+    admin_url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -39,23 +50,34 @@ impl std::fmt::Debug for TestDb {
 
 impl TestDb {
     pub async fn new(backend: Backend) -> Result<Self> {
+        Self::new_on(backend, &admin_url()).await
+    }
+
+    /// As [`TestDb::new`], with PostgreSQL databases created on the server of `admin_url` (an admin
+    /// database's URL) instead of `ANTLER_TEST_PG_URL`'s; benches name their own.
+    pub async fn new_on(backend: Backend, admin_url: &str) -> Result<Self> {
         match backend {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir()?;
                 let path: PathBuf = dir.path().join("runs.db");
-                Ok(Self { backend, url: format!("sqlite://{}?mode=rwc", path.display()), pg_name: None, _dir: Some(dir) })
+                Ok(Self {
+                    backend,
+                    url: format!("sqlite://{}?mode=rwc", path.display()),
+                    pg_name: None,
+                    admin_url: String::new(),
+                    _dir: Some(dir),
+                })
             }
             Backend::Postgres => {
                 let name = format!("antler_test_{}", uuid::Uuid::new_v4().simple());
-                let admin = Database::connect(admin_url()).await.with_context(|| format!("connecting to PostgreSQL at {}", admin_url()))?;
+                let admin = Database::connect(admin_url).await.with_context(|| format!("connecting to PostgreSQL at {admin_url}"))?;
                 admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
                 admin.close().await?;
-                let base = admin_url();
-                let url = match base.rfind('/') {
-                    Some(i) => format!("{}/{name}", &base[..i]),
-                    None => anyhow::bail!("ANTLER_TEST_PG_URL has no database part"),
+                let url = match admin_url.rfind('/') {
+                    Some(i) => format!("{}/{name}", &admin_url[..i]),
+                    None => anyhow::bail!("{admin_url} has no database part"),
                 };
-                Ok(Self { backend, url, pg_name: Some(name), _dir: None })
+                Ok(Self { backend, url, pg_name: Some(name), admin_url: admin_url.to_owned(), _dir: None })
             }
         }
     }
@@ -69,11 +91,12 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         let Some(name) = self.pg_name.take() else { return };
+        let admin_url = std::mem::take(&mut self.admin_url);
         // Drop runs outside any runtime the test may be using.
         let _ = std::thread::spawn(move || {
             let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
             runtime.block_on(async {
-                if let Ok(admin) = Database::connect(admin_url()).await {
+                if let Ok(admin) = Database::connect(admin_url).await {
                     let _ = admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
                     let _ = admin.close().await;
                 }

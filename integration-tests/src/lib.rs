@@ -15,11 +15,13 @@ use anyhow::{Context, Result, anyhow, bail};
 use tonic::transport::Channel;
 
 pub mod db;
+pub mod inproc;
 pub mod llm_double;
 pub mod mcp;
 pub mod memory;
 pub mod metrics;
 pub mod otlp;
+pub mod procfs;
 pub mod provider_doubles;
 pub mod runs;
 pub mod tls;

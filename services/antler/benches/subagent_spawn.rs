@@ -132,6 +132,10 @@ fn summary(name: &str, mut values: Vec<f64>) -> f64 {
 }
 
 fn main() -> anyhow::Result<()> {
+    // The in-process sandbox probes its document converter at start-up by running this executable
+    // with the converter's marker: convert and exit here, or each probe starts the whole bench again
+    // (which probes again, a chain of processes that outlives the bench).
+    antler_sandbox::convert::worker::run_if_requested();
     if let Some(addr) = client_process::client_addr() {
         return client_main(&addr);
     }

@@ -2,20 +2,12 @@
 //! sandbox on loopback, on SQLite under a temporary data dir or on a fresh PostgreSQL database
 //! (`BENCH_DATABASE_URL`, an admin URL: the database is created for the run and dropped after it).
 
-use std::sync::Arc;
+use antler_integration_tests::inproc::InProcess;
 
-use antler_kit::cli::ServiceContext;
-use antler_kit::{Authenticator, Clients, Config, ServiceSet};
-use anyhow::anyhow;
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
-
+/// The services, served in this process until [`Server::stop`].
 pub struct Server {
     pub addr: std::net::SocketAddr,
-    shutdown: CancellationToken,
-    serving: tokio::task::JoinHandle<Result<(), antler_kit::server::ServeError>>,
-    _updates: watch::Sender<Arc<Config>>,
-    _dir: tempfile::TempDir,
+    services: InProcess,
 }
 
 impl Server {
@@ -23,42 +15,20 @@ impl Server {
     /// `runs_extra` added to the `runs:` section (two-space indented lines) and `models` as the
     /// `models:` section.
     pub async fn start(bench: &str, database_url: &str, runs_extra: &str, models: &str) -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir()?;
-        let yaml = format!(
-            "server:\n  listen: 127.0.0.1:0\n  data_dir: {data:?}\n  shutdown_grace_secs: 5\n  reload_interval_ms: 0\n  concurrency_limit: 100000\n\
-             runs:\n  agent: lead\n  drain_secs: 0\n  max_concurrent_runs: 1000\n  database:\n    url: {database_url:?}\n{runs_extra}\
-             sandbox:\n  provider: local\n{models}",
-            data = dir.path().display().to_string(),
-        );
-        let config = Config::parse(&yaml, bench, &|_| None)?;
-        let auth = Authenticator::new(&config.server.auth)?;
-        let listener = antler_kit::server::bind(&config.server, &auth).await?;
-        let addr = listener.local_addr()?;
-        let clients = Clients::from_config(&config.clients, addr)?;
-        let shutdown = CancellationToken::new();
-        let config = Arc::new(config);
-        let (updates_tx, updates) = watch::channel(config.clone());
-        let ctx = ServiceContext {
-            config: config.clone(),
-            config_updates: updates,
-            clients,
-            shutdown: shutdown.clone(),
-            local_addr: addr,
-            auth: auth.clone(),
+        let yaml = |dir: &std::path::Path| {
+            format!(
+                "server:\n  listen: 127.0.0.1:0\n  data_dir: {data:?}\n  shutdown_grace_secs: 5\n  reload_interval_ms: 0\n  concurrency_limit: 100000\n\
+                 runs:\n  agent: lead\n  drain_secs: 0\n  max_concurrent_runs: 1000\n  database:\n    url: {database_url:?}\n{runs_extra}\
+                 sandbox:\n  provider: local\n{models}",
+                data = dir.display().to_string(),
+            )
         };
-        let mut set = ServiceSet::new(&config.server);
-        for service in [antler_runs::SERVICE, antler_models::SERVICE, antler_sandbox::SERVICE] {
-            (service.register)(&mut set, &ctx).await.map_err(|e| anyhow!("{} failed to start: {e}", service.name))?;
-        }
-        let server_config = config.server.clone();
-        let token = shutdown.clone();
-        let serving = tokio::spawn(async move { antler_kit::server::serve(listener, set, &server_config, auth, token).await });
-        Ok(Self { addr, shutdown, serving, _updates: updates_tx, _dir: dir })
+        let services = InProcess::start(bench, yaml, &[antler_runs::SERVICE, antler_models::SERVICE, antler_sandbox::SERVICE]).await?;
+        Ok(Self { addr: services.addr, services })
     }
 
     pub async fn stop(self) -> anyhow::Result<()> {
-        self.shutdown.cancel();
-        self.serving.await?.map_err(|e| anyhow!("server: {e}"))
+        self.services.stop().await
     }
 }
 

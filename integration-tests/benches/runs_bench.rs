@@ -2,15 +2,16 @@
 //! appended), and resident memory per idle RUNNING run. Prints each figure as it is measured, then a
 //! table with its ratio to the goal.
 //!
-//! Run: `cargo bench -p antler-runs --bench runs_bench` (release build; about five minutes). PostgreSQL
+//! Run: `cargo bench -p antler-integration-tests --bench runs_bench` (release build; about five minutes). PostgreSQL
 //! must accept `postgres://postgres@127.0.0.1:5432/postgres` (trust auth); each measurement gets a
-//! fresh database `antler_bench_<uuid>`, dropped afterwards. Knobs (environment):
+//! fresh database `antler_test_<uuid>` (the harness's `TestDb`), dropped afterwards. Knobs (environment):
 //! `RUNS_BENCH_ONLY=latency,replay,append,memory` picks phases; `RUNS_BENCH_PG=0` skips
 //! PostgreSQL; `RUNS_BENCH_PG_URL` is the admin URL; `RUNS_BENCH_REPLAY_EVENTS` (100000) and
 //! `RUNS_BENCH_PG_REPLAY_EVENTS` (20000) size the replayed runs; `RUNS_BENCH_REPLAY_SCRIPT=custom`
 //! produces them with `custom` steps instead of one `say` step (slow, see below).
 //!
-//! Set-up: the runs server is mounted in this process exactly as `antler_kit::cli::run` mounts it
+//! Set-up: the runs server is mounted in this process exactly as `antler_kit::cli::run` mounts it (the
+//! harness's `inproc::InProcess`, which the antler crate's in-process benches use too)
 //! (`antler_runs::SERVICE.register` on a `ServiceSet`, served by `antler_kit::server::serve` with the
 //! kit's trace, auth, concurrency and size layers; authentication disabled, so every call is the
 //! local user) on 127.0.0.1:0, with a tracing subscriber at `info,sqlx=warn` writing to a sink so
@@ -48,28 +49,28 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use antler_agent::{Agent, AgentContext, AgentFactory, RunSpec};
 use antler_agent::{Outcome, Outputs};
-use antler_kit::cli::ServiceContext;
-use antler_kit::{Authenticator, Clients, ServiceSet};
+use antler_integration_tests::db::{Backend, TestDb};
+use antler_integration_tests::inproc::InProcess;
+use antler_integration_tests::procfs;
+use antler_kit::ServiceSet;
+use antler_kit::cli::{RegisterFuture, Registration, ServiceContext};
 use antler_proto::common::{ContentPart, Message, Role, TextPart, content_part};
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::run_service_client::RunServiceClient;
 use antler_proto::runs::{
     CancelRunRequest, CreateRunRequest, CustomEvent, GetRunRequest, JoinRunRequest, Run, RunError, RunEvent, RunStatus, StreamRunRequest,
 };
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use futures::future::BoxFuture;
 use prost::Message as _;
-use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use serde_json::json;
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 const CONCURRENCY: usize = 64;
@@ -89,70 +90,8 @@ const CHILD_PREFIX: &str = "RUNS_BENCH_MEMORY ";
 // Databases and servers
 // ---------------------------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-impl Backend {
-    fn name(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
-        }
-    }
-}
-
 fn pg_admin_url() -> String {
     std::env::var("RUNS_BENCH_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
-}
-
-/// One measurement's database: a SQLite file in a temporary folder (which is also the server's data
-/// directory), or a fresh PostgreSQL database dropped when this goes away.
-struct BenchDb {
-    url: String,
-    dir: tempfile::TempDir,
-    pg_name: Option<String>,
-}
-
-impl BenchDb {
-    async fn new(backend: Backend) -> Result<Self> {
-        let dir = tempfile::tempdir()?;
-        match backend {
-            Backend::Sqlite => {
-                let url = format!("sqlite://{}?mode=rwc", dir.path().join("runs.db").display());
-                Ok(Self { url, dir, pg_name: None })
-            }
-            Backend::Postgres => {
-                let name = format!("antler_bench_{}", uuid::Uuid::new_v4().simple());
-                let admin_url = pg_admin_url();
-                let admin =
-                    Database::connect(admin_url.as_str()).await.with_context(|| format!("connecting to PostgreSQL at {admin_url}"))?;
-                admin.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
-                admin.close().await?;
-                let base = admin_url.rfind('/').map(|i| &admin_url[..i]).ok_or_else(|| anyhow!("{admin_url} has no database part"))?;
-                Ok(Self { url: format!("{base}/{name}"), dir, pg_name: Some(name) })
-            }
-        }
-    }
-}
-
-impl Drop for BenchDb {
-    fn drop(&mut self) {
-        let Some(name) = self.pg_name.take() else { return };
-        // Outside whatever runtime is current: a thread with its own.
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-            runtime.block_on(async {
-                if let Ok(admin) = Database::connect(pg_admin_url()).await {
-                    let _ = admin.execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
-                    let _ = admin.close().await;
-                }
-            });
-        })
-        .join();
-    }
 }
 
 /// Which agent the workers execute.
@@ -164,58 +103,40 @@ enum Agents {
     Probe,
 }
 
-/// A runs server in this process, mounted as `antler_kit::cli::run` mounts it.
+/// A runs server in this process, mounted as `antler_kit::cli::run` mounts it, on one measurement's
+/// database: a SQLite file in a temporary folder, or a fresh PostgreSQL database dropped afterwards.
 struct Server {
-    addr: SocketAddr,
-    shutdown: CancellationToken,
-    serving: tokio::task::JoinHandle<Result<(), antler_kit::server::ServeError>>,
-    _updates: watch::Sender<Arc<antler_kit::Config>>,
-    db: BenchDb,
+    services: InProcess,
+    db: TestDb,
 }
+
+/// The runs service as `SERVICE` registers it, with [`ProbeFactory`] instead of the script agent.
+const PROBE_RUNS: Registration = Registration { register: register_with_probe, ..antler_runs::SERVICE };
 
 impl Server {
     /// `runs_yaml`: extra keys of the `runs:` section, each line indented by two spaces.
     async fn start(backend: Backend, runs_yaml: &str, agents: Agents) -> Result<Self> {
-        let db = BenchDb::new(backend).await?;
-        let yaml = format!(
-            "server:\n  listen: 127.0.0.1:0\n  data_dir: {dir:?}\n  shutdown_grace_secs: 5\n  reload_interval_ms: 0\n\
-             runs:\n  agent: script\n  drain_secs: 0\n  max_active_runs_per_user: 0\n  max_pending_runs_per_user: 0\n  max_streams_per_user: 100000\n  database:\n    url: {url:?}\n{runs_yaml}",
-            dir = db.dir.path().display().to_string(),
-            url = db.url,
-        );
-        let config = antler_kit::Config::parse(&yaml, "runs_bench", &|_| None)?;
-        let auth = Authenticator::new(&config.server.auth)?;
-        let listener = antler_kit::server::bind(&config.server, &auth).await?;
-        let addr = listener.local_addr()?;
-        let clients = Clients::from_config(&config.clients, addr)?;
-        let shutdown = CancellationToken::new();
-        let config = Arc::new(config);
-        let (updates_tx, updates) = watch::channel(config.clone());
-        let ctx = ServiceContext {
-            config: config.clone(),
-            config_updates: updates,
-            clients,
-            shutdown: shutdown.clone(),
-            local_addr: addr,
-            auth: auth.clone(),
+        let db = TestDb::new_on(backend, &pg_admin_url()).await?;
+        let yaml = |dir: &std::path::Path| {
+            format!(
+                "server:\n  listen: 127.0.0.1:0\n  data_dir: {dir:?}\n  shutdown_grace_secs: 5\n  reload_interval_ms: 0\n\
+                 runs:\n  agent: script\n  drain_secs: 0\n  max_active_runs_per_user: 0\n  max_pending_runs_per_user: 0\n  max_streams_per_user: 100000\n  database:\n    url: {url:?}\n{runs_yaml}",
+                dir = dir.display().to_string(),
+                url = db.url,
+            )
         };
-        let mut set = ServiceSet::new(&config.server);
-        match agents {
-            Agents::Script => {
-                (antler_runs::SERVICE.register)(&mut set, &ctx).await.map_err(|e| anyhow!("runs service failed to start: {e}"))?
-            }
-            Agents::Probe => register_with_probe(&mut set, &ctx).await?,
-        }
-        let server_config = config.server.clone();
-        let token = shutdown.clone();
-        let serving = tokio::spawn(async move { antler_kit::server::serve(listener, set, &server_config, auth, token).await });
-        Ok(Self { addr, shutdown, serving, _updates: updates_tx, db })
+        let runs = match agents {
+            Agents::Script => antler_runs::SERVICE,
+            Agents::Probe => PROBE_RUNS,
+        };
+        let services = InProcess::start("runs_bench", yaml, &[runs]).await?;
+        Ok(Self { services, db })
     }
 
     async fn clients(&self) -> Result<Vec<RunServiceClient<Channel>>> {
         let mut out = Vec::with_capacity(CHANNELS);
         for _ in 0..CHANNELS {
-            let channel = Channel::from_shared(format!("http://{}", self.addr))?.connect().await?;
+            let channel = Channel::from_shared(format!("http://{}", self.services.addr))?.connect().await?;
             out.push(RunServiceClient::new(channel).max_decoding_message_size(64 << 20).max_encoding_message_size(64 << 20));
         }
         Ok(out)
@@ -223,17 +144,14 @@ impl Server {
 
     /// A direct connection for counting rows (not used by the service).
     async fn inspect(&self) -> Result<DatabaseConnection> {
-        Ok(Database::connect(self.db.url.as_str()).await?)
+        self.db.connect().await
     }
 
     async fn stop(self) -> Result<()> {
-        self.shutdown.cancel();
-        match tokio::time::timeout(Duration::from_secs(20), self.serving).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => eprintln!("warning: server ended with {e}"),
-            Ok(Err(e)) => eprintln!("warning: server task failed: {e}"),
-            Err(_) => eprintln!("warning: server did not stop within 20 s"),
+        if let Err(e) = self.services.stop().await {
+            eprintln!("warning: {e}");
         }
+        // Dropping a PostgreSQL database blocks (a thread with its own runtime): off the runtime's workers.
         let db = self.db;
         tokio::task::spawn_blocking(move || drop(db)).await?;
         Ok(())
@@ -241,9 +159,11 @@ impl Server {
 }
 
 /// What `antler_runs::SERVICE.register` does, with [`ProbeFactory`] instead of the script agent.
-async fn register_with_probe(set: &mut ServiceSet, ctx: &ServiceContext) -> Result<()> {
-    antler_runs::mount(set, ctx, Some(Arc::new(ProbeFactory))).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(())
+fn register_with_probe<'a>(set: &'a mut ServiceSet, ctx: &'a ServiceContext) -> RegisterFuture<'a> {
+    Box::pin(async move {
+        antler_runs::mount(set, ctx, Some(Arc::new(ProbeFactory))).await?;
+        Ok(())
+    })
 }
 
 /// (emit called, emit returned) in µs since the epoch, per probe event, in order.
@@ -501,10 +421,7 @@ fn cpu_use(a: &CpuSample, b: &CpuSample) -> CpuUse {
 }
 
 fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
-        .unwrap_or(0)
+    procfs::rss_kib(std::process::id())
 }
 
 struct Driven {
