@@ -278,10 +278,7 @@ impl InvokeAcpAgent {
                         }
                         ctx.emit_many(progress_events(&call_id, &name, batch)).await.map_err(stopping)?;
                     }
-                    report = &mut done => break report.unwrap_or_else(|_| Report {
-                        ending: Ending::Failed("the call's thread ended without a report".to_owned()),
-                        ..empty_report()
-                    }),
+                    report = &mut done => break report.unwrap_or_else(|_| Report::failed("the call's thread ended without a report".to_owned())),
                     () = stopped.cancelled(), if !run_cancelled => {
                         run_cancelled = true;
                         cancel.cancel();
@@ -312,19 +309,6 @@ impl InvokeAcpAgent {
             ctx.emit_many(events).await.map_err(stopping)?;
             Ok(self.answer(&name, &report))
         })
-    }
-}
-
-fn empty_report() -> Report {
-    Report {
-        ending: Ending::Cancelled,
-        text: String::new(),
-        cut: false,
-        written: Vec::new(),
-        refused: Vec::new(),
-        permissions_granted: 0,
-        permissions_denied: 0,
-        stderr: String::new(),
     }
 }
 

@@ -93,7 +93,7 @@ pub fn start(call: Call, progress: mpsc::UnboundedSender<Progress>, cancel: Canc
     let spawned = std::thread::Builder::new().name("acp-call".to_owned()).spawn(move || {
         let report = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(runtime) => tokio::task::LocalSet::new().block_on(&runtime, run(call, progress, cancel)),
-            Err(e) => failed(format!("cannot start a runtime for the call: {e}")),
+            Err(e) => Report::failed(format!("cannot start a runtime for the call: {e}")),
         };
         let _ = done.send(report);
     });
@@ -103,16 +103,19 @@ pub fn start(call: Call, progress: mpsc::UnboundedSender<Progress>, cancel: Canc
     report
 }
 
-fn failed(why: String) -> Report {
-    Report {
-        ending: Ending::Failed(why),
-        text: String::new(),
-        cut: false,
-        written: Vec::new(),
-        refused: Vec::new(),
-        permissions_granted: 0,
-        permissions_denied: 0,
-        stderr: String::new(),
+impl Report {
+    /// A call that ended with `why` and nothing else to show.
+    pub fn failed(why: String) -> Self {
+        Self {
+            ending: Ending::Failed(why),
+            text: String::new(),
+            cut: false,
+            written: Vec::new(),
+            refused: Vec::new(),
+            permissions_granted: 0,
+            permissions_denied: 0,
+            stderr: String::new(),
+        }
     }
 }
 
@@ -266,12 +269,12 @@ async fn run(call: Call, progress: mpsc::UnboundedSender<Progress>, cancel: Canc
         .kill_on_drop(true);
     let mut child = match command.spawn() {
         Ok(child) => child,
-        Err(e) => return failed(format!("cannot start `{}`: {e}", agent.command)),
+        Err(e) => return Report::failed(format!("cannot start `{}`: {e}", agent.command)),
     };
     let pid = child.id();
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         signal_group(pid, rustix::process::Signal::KILL);
-        return failed("the agent's stdio could not be attached".to_owned());
+        return Report::failed("the agent's stdio could not be attached".to_owned());
     };
     let stderr_tail = Rc::new(RefCell::new(String::new()));
     if let Some(stderr) = child.stderr.take() {
@@ -291,7 +294,7 @@ async fn run(call: Call, progress: mpsc::UnboundedSender<Progress>, cancel: Canc
             }
         });
     }
-    let state = Rc::new(RefCell::new(failed(String::new())));
+    let state = Rc::new(RefCell::new(Report::failed(String::new())));
     let client = Client { workspace, policy, progress, sent: RefCell::new(0), state: state.clone(), max_chars };
     let (conn, io) = acp::ClientSideConnection::new(client, stdin.compat_write(), stdout.compat(), |fut| {
         tokio::task::spawn_local(fut);
@@ -348,7 +351,7 @@ async fn run(call: Call, progress: mpsc::UnboundedSender<Progress>, cancel: Canc
     signal_group(pid, rustix::process::Signal::KILL);
     let _ = child.wait().await;
     io.abort();
-    let mut report = state.replace(failed(String::new()));
+    let mut report = state.replace(Report::failed(String::new()));
     report.ending = ending;
     report.stderr = stderr_tail.borrow().trim().to_owned();
     report
