@@ -5,23 +5,23 @@
 //! (`lifecycle/start.rs`), leases and takeover (`lifecycle/lease.rs`), the terminal transition
 //! (`lifecycle/finalize.rs`), cancellation (`lifecycle/cancel.rs`), the event log (`stream.rs`),
 //! its live fan-out and wake-ups (`hub.rs`, `notify.rs`), executing runs (`worker.rs`), the agents'
-//! writes (`host/`, the runs side of `antler_agent::Host`).
+//! writes (`agent_host/`, the runs side of `antler_agent::Host`).
 //!
 //! Floors, bottom up (a file imports from its own floor or below, and no import runs in a circle): `status.rs`, `config.rs`, `hub.rs`, `time.rs`;
 //! `store/` (entities, migrations with frozen copies of what they need, the write slot, `now_ms`,
 //! `StoreError`); `error.rs`; what needs no engine (`stream.rs`, `checkpoints.rs`, `paging.rs`,
 //! `stream_limits.rs`, `lifecycle/backlog.rs`, `lifecycle/user_caps.rs`); `engine.rs`; what takes
-//! the engine (`notify.rs`, `threads.rs`, `run_queries.rs`, `feedback.rs`, `usage.rs`, `lifecycle/`); executing runs (`host/mod.rs`,
-//! `worker.rs`, `subagent.rs`, `host/agent_calls.rs`: the worker hands the agent a `dyn Host`, whose
+//! the engine (`notify.rs`, `threads.rs`, `run_queries.rs`, `feedback.rs`, `usage.rs`, `lifecycle/`); executing runs (`agent_host/mod.rs`,
+//! `worker.rs`, `subagent.rs`, `agent_host/agent_calls.rs`: the worker hands the agent a `dyn Host`, whose
 //! `task` calls start subagent runs that the worker executes); the `api/` handlers on top.
 
+pub mod agent_host;
 pub mod api;
 pub mod checkpoints;
 pub mod config;
 pub mod engine;
 pub mod error;
 pub mod feedback;
-pub mod host;
 pub mod hub;
 pub mod lifecycle;
 pub mod metrics_catalog;

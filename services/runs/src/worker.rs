@@ -11,8 +11,8 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
+use crate::agent_host::{Inherited, RunHost, RunIds};
 use crate::engine::{Engine, LocalRun, StopCause};
-use crate::host::{Inherited, RunHost, RunIds};
 use crate::lifecycle::finalize::{self, Outcome, Outputs};
 use crate::lifecycle::{lease, liveness, start};
 use crate::status::Status;
