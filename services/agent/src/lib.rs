@@ -14,13 +14,13 @@ pub mod lead;
 pub mod memory;
 pub mod metrics_catalog;
 pub mod outcome;
-pub mod secrets;
+pub mod run_secrets;
 pub mod spec;
 
 pub use context::AgentContext;
 pub use host::{Batch, Effect, EffectResult, Fenced, Host, NewCheckpoint, SubagentCall, SubagentEnd, SubagentUpdate};
 pub use outcome::{Outcome, Outputs};
-pub use secrets::RunSecrets;
+pub use run_secrets::RunSecrets;
 pub use spec::RunSpec;
 
 use futures::future::BoxFuture;

@@ -15,7 +15,7 @@ use crate::config::RunsConfig;
 use crate::hub::EventHub;
 use crate::lifecycle::backlog::Backlog;
 use crate::lifecycle::user_caps::UserRuns;
-use crate::secrets::Vault;
+use crate::secret_vault::Vault;
 use crate::store::Store;
 use crate::stream_limits::StreamLimits;
 

@@ -29,7 +29,7 @@ pub mod notify;
 pub mod paging;
 pub mod run_queries;
 pub mod script;
-pub mod secrets;
+pub mod secret_vault;
 pub mod status;
 pub mod store;
 pub mod stream;
