@@ -98,8 +98,8 @@ pub async fn mount(
         drain.store().checkpoint_on_shutdown().await;
     });
     set.describe(antler_proto::FILE_DESCRIPTOR_SET);
-    let threads = api::threads::ThreadApi { engine: engine.clone() };
-    let runs = api::runs::RunApi { engine: engine.clone(), batcher };
+    let threads = api::thread_service::ThreadApi { engine: engine.clone() };
+    let runs = api::run_service::RunApi { engine: engine.clone(), batcher };
     antler_kit::add_service!(set, thread_service_server::ThreadServiceServer::new(threads));
     antler_kit::add_service!(set, run_service_server::RunServiceServer::new(runs));
     // A wait as long as the run (bounded by runs.max_run_duration_secs), not cut by the server's

@@ -1,5 +1,5 @@
 //! Thin tonic handlers: validate, convert proto ⇄ domain, call the domain modules.
 
 pub mod convert;
-pub mod runs;
-pub mod threads;
+pub mod run_service;
+pub mod thread_service;

@@ -1,10 +1,10 @@
 //! The routes: which LangGraph endpoints are served (at the root and under `/api/`), and which
 //! answer 501 naming what is missing.
 
-pub mod runs;
-pub mod system;
-pub mod threads;
-pub mod ui;
+pub mod run_routes;
+pub mod system_routes;
+pub mod thread_routes;
+pub mod ui_routes;
 
 use std::sync::Arc;
 
@@ -61,27 +61,27 @@ const UNSUPPORTED: &[(&str, &str)] = &[
 /// The LangGraph endpoints Antler serves (what both mounts share).
 fn served() -> Router<Arc<Edge>> {
     Router::new()
-        .route("/ok", get(system::ok))
-        .route("/info", get(system::info))
-        .route("/assistants/search", post(system::search_assistants).get(system::search_assistants))
+        .route("/ok", get(system_routes::ok))
+        .route("/info", get(system_routes::info))
+        .route("/assistants/search", post(system_routes::search_assistants).get(system_routes::search_assistants))
         .route(
             "/assistants/{assistant_id}",
-            get(system::get_assistant).patch(unsupported_assistant_change).delete(unsupported_assistant_change),
+            get(system_routes::get_assistant).patch(unsupported_assistant_change).delete(unsupported_assistant_change),
         )
-        .route("/threads", post(threads::create))
-        .route("/threads/search", post(threads::search))
-        .route("/threads/{thread_id}", get(threads::get).patch(threads::patch).delete(threads::delete))
-        .route("/threads/{thread_id}/state", get(threads::state).post(threads::update_state).patch(unsupported_state_patch))
-        .route("/threads/{thread_id}/state/checkpoint", post(threads::state_at_checkpoint))
-        .route("/threads/{thread_id}/state/{checkpoint_id}", get(threads::state_at))
-        .route("/threads/{thread_id}/history", post(threads::history).get(threads::history_get))
-        .route("/threads/{thread_id}/runs", post(runs::create).get(runs::list))
-        .route("/threads/{thread_id}/runs/stream", post(runs::stream))
-        .route("/threads/{thread_id}/runs/wait", post(runs::wait))
-        .route("/threads/{thread_id}/runs/{run_id}", get(runs::get).delete(runs::delete))
-        .route("/threads/{thread_id}/runs/{run_id}/cancel", post(runs::cancel))
-        .route("/threads/{thread_id}/runs/{run_id}/join", get(runs::join))
-        .route("/threads/{thread_id}/runs/{run_id}/stream", get(runs::join_stream))
+        .route("/threads", post(thread_routes::create))
+        .route("/threads/search", post(thread_routes::search))
+        .route("/threads/{thread_id}", get(thread_routes::get).patch(thread_routes::patch).delete(thread_routes::delete))
+        .route("/threads/{thread_id}/state", get(thread_routes::state).post(thread_routes::update_state).patch(unsupported_state_patch))
+        .route("/threads/{thread_id}/state/checkpoint", post(thread_routes::state_at_checkpoint))
+        .route("/threads/{thread_id}/state/{checkpoint_id}", get(thread_routes::state_at))
+        .route("/threads/{thread_id}/history", post(thread_routes::history).get(thread_routes::history_get))
+        .route("/threads/{thread_id}/runs", post(run_routes::create).get(run_routes::list))
+        .route("/threads/{thread_id}/runs/stream", post(run_routes::stream))
+        .route("/threads/{thread_id}/runs/wait", post(run_routes::wait))
+        .route("/threads/{thread_id}/runs/{run_id}", get(run_routes::get).delete(run_routes::delete))
+        .route("/threads/{thread_id}/runs/{run_id}/cancel", post(run_routes::cancel))
+        .route("/threads/{thread_id}/runs/{run_id}/join", get(run_routes::join))
+        .route("/threads/{thread_id}/runs/{run_id}/stream", get(run_routes::join_stream))
 }
 
 /// Where DeerFlow's same-origin deployment finds the LangGraph API: its Next.js rewrites send the
@@ -90,7 +90,7 @@ pub const API_PREFIX: &str = "/api";
 
 /// The LangGraph API at the root (the SDKs pointed at the edge, `NEXT_PUBLIC_LANGGRAPH_BASE_URL`)
 /// with the 501s naming what is missing, and again under [`API_PREFIX`] with the two gateway calls
-/// DeerFlow's UI makes beside it (`ui.rs`). The rest of `/api/` is DeerFlow's gateway's: its
+/// DeerFlow's UI makes beside it (`ui_routes.rs`). The rest of `/api/` is DeerFlow's gateway's: its
 /// routes are mounted beside these (server.rs), and the 501 list stays at the root so that
 /// namespace is theirs.
 pub fn router(edge: Arc<Edge>) -> Router {
@@ -101,9 +101,9 @@ pub fn router(edge: Arc<Edge>) -> Router {
             .route(path, any(move |edge: State<Arc<Edge>>, headers: HeaderMap, body: Body| unsupported(edge, headers, body, capability)));
     }
     let api = served()
-        .route("/threads/{thread_id}/messages/page", get(ui::messages_page))
-        .route("/channels/providers", get(ui::channel_providers))
-        .route("/channels/connections", get(ui::channel_connections));
+        .route("/threads/{thread_id}/messages/page", get(ui_routes::messages_page))
+        .route("/channels/providers", get(ui_routes::channel_providers))
+        .route("/channels/connections", get(ui_routes::channel_connections));
     root.nest(API_PREFIX, api)
         .fallback(|State(edge): State<Arc<Edge>>, headers: HeaderMap, body: Body| async move {
             let answer = ApiError::not_found("this path (it is not a LangGraph API endpoint Antler knows)");

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::threads::thread_state;
+use super::thread_routes::thread_state;
 use crate::edge::{Caller, Edge};
 use crate::error::{ApiError, http_status};
 use crate::json::{json_response, json_text};
