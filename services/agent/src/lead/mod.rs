@@ -7,7 +7,7 @@
 
 pub mod config;
 pub mod env;
-pub mod guardrail;
+pub mod guardrail_providers;
 pub mod middleware;
 pub mod model;
 pub mod model_info;

@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use serde_json::json;
 
 use crate::lead::env::RunEnv;
-use crate::lead::guardrail::{GuardrailDecision, GuardrailError, GuardrailProvider, GuardrailRequest};
+use crate::lead::guardrail_providers::{GuardrailDecision, GuardrailError, GuardrailProvider, GuardrailRequest};
 use crate::lead::pipeline::{Middleware, ToolNext, ToolResult};
 use crate::lead::tools::{Args, ToolError, ToolOutput};
 
@@ -85,7 +85,7 @@ impl Middleware for Guardrail {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lead::guardrail::{AllowlistProvider, GuardrailReason};
+    use crate::lead::guardrail_providers::{AllowlistProvider, GuardrailReason};
 
     fn request(tool: &str) -> GuardrailRequest {
         GuardrailRequest {

@@ -49,7 +49,7 @@ pub fn defaults(config: &LeadConfig, run: RunLayers) -> Vec<Arc<dyn Middleware>>
     }
     layers.extend([Arc::new(sandbox::SandboxMiddleware) as Arc<dyn Middleware>, Arc::new(dangling_tool_call::DanglingToolCall)]);
     if config.guardrails.enabled {
-        use super::guardrail::{AllowlistProvider, Chain, GuardrailProvider, WebhookProvider};
+        use super::guardrail_providers::{AllowlistProvider, Chain, GuardrailProvider, WebhookProvider};
         let lists = AllowlistProvider { allowed: config.guardrails.allowed_tools.clone(), denied: config.guardrails.denied_tools.clone() };
         let webhook = &config.guardrails.webhook;
         let provider: Arc<dyn GuardrailProvider> = if webhook.url.is_empty() {
