@@ -1,5 +1,5 @@
 //! What an agent needs from the run it executes, and nothing more: the runs service implements
-//! [`Host`] over its store; [`crate::memory::MemoryHost`] implements it in memory for tests.
+//! [`Host`] over its store; [`crate::memory_host::MemoryHost`] implements it in memory for tests.
 
 use antler_proto::common::{Message, Usage};
 use antler_proto::runs::run_event::Kind;

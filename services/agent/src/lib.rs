@@ -6,12 +6,12 @@
 //! runs service implements (atomic writes of events, checkpoints and usage; the side-effect journal;
 //! fencing). Every host write is refused once the worker lost its lease ([`Fenced`]), so an agent
 //! cannot write after fencing even by mistake. The crate has no database and no import of the runs
-//! service: [`memory::MemoryHost`] runs an agent with everything kept in memory, for tests.
+//! service: [`memory_host::MemoryHost`] runs an agent with everything kept in memory, for tests.
 
 pub mod context;
 pub mod host;
 pub mod lead;
-pub mod memory;
+pub mod memory_host;
 pub mod metrics_catalog;
 pub mod outcome;
 pub mod run_secrets;

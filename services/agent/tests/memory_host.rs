@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use antler_agent::lead::LeadFactory;
-use antler_agent::memory::MemoryHost;
+use antler_agent::memory_host::MemoryHost;
 use antler_agent::{AgentContext, AgentFactory, Effect, Host, Outcome, RunSpec};
 use antler_kit::cli::ServiceContext;
 use antler_kit::{Authenticator, Clients, Config, ServiceSet};

@@ -94,7 +94,7 @@ mod tests {
 
     fn env() -> RunEnv {
         let spec = crate::RunSpec::new("r1", "t1", "u1", Default::default());
-        let host = std::sync::Arc::new(crate::memory::MemoryHost::default());
+        let host = std::sync::Arc::new(crate::memory_host::MemoryHost::default());
         let clients = antler_kit::Clients::from_config(&Default::default(), ([127, 0, 0, 1], 1).into()).expect("no clients configured");
         RunEnv::new(crate::AgentContext::new(spec, host, Default::default(), clients))
     }
