@@ -8,7 +8,7 @@
 //! cannot write after fencing even by mistake. The crate has no database and no import of the runs
 //! service: [`memory_host::MemoryHost`] runs an agent with everything kept in memory, for tests.
 
-pub mod context;
+pub mod agent_context;
 pub mod host;
 pub mod lead;
 pub mod memory_host;
@@ -17,7 +17,7 @@ pub mod outcome;
 pub mod run_secrets;
 pub mod spec;
 
-pub use context::AgentContext;
+pub use agent_context::AgentContext;
 pub use host::{Batch, Effect, EffectResult, Fenced, Host, NewCheckpoint, SubagentCall, SubagentEnd, SubagentUpdate};
 pub use outcome::{Outcome, Outputs};
 pub use run_secrets::RunSecrets;
