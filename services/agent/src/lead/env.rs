@@ -11,7 +11,7 @@ use antler_proto::sandbox::{AcquireSandboxRequest, ReleaseSandboxRequest, Snapsh
 use tokio::sync::OnceCell;
 
 use super::state::{Promoted, Todo};
-use super::tool_error::ToolError;
+use super::tools::error::ToolError;
 use crate::AgentContext;
 
 /// Shared by everything inside one run attempt.

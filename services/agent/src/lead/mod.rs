@@ -18,7 +18,6 @@ pub mod skills;
 pub mod state;
 pub mod subagents;
 pub mod thinking;
-pub mod tool_error;
 pub mod tool_exec;
 pub mod tools;
 

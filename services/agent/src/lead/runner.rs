@@ -400,7 +400,7 @@ async fn one_tool(agent: &LeadAgent, env: &RunEnv, call: &ToolCall, announced: b
             Ok(output) => output,
             Err(ToolError::Stopping) => return Err(if ctx.cancelled().is_cancelled() { LoopError::Cancelled } else { LoopError::Fenced }),
             // ToolErrorHandling normally turns these into results; without it, the same rule holds.
-            Err(error) => ToolOutput::error(super::middleware::tool_error_handling::error_text(&call.name, &error)),
+            Err(error) => ToolOutput::error(super::tools::error_text(&call.name, &error)),
         },
     };
     let message = tool_message(call, output.text.clone(), output.is_error);

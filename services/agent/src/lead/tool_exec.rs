@@ -56,7 +56,7 @@ impl ToolTerminal for ExecuteTool {
                 Ok(output) => (output.text.clone(), output.is_error),
                 // A run that stops mid-call leaves the intent alone: the outcome really is unknown.
                 Err(ToolError::Stopping) => return result,
-                Err(error) => (super::middleware::tool_error_handling::error_text(&call.name, error), true),
+                Err(error) => (super::tools::error_text(&call.name, error), true),
             };
             ctx.record_result(&call.id, &text, is_error).await.map_err(|_| ToolError::Stopping)?;
             result

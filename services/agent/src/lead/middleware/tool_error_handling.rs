@@ -7,16 +7,10 @@ use futures::future::BoxFuture;
 
 use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{Middleware, ToolNext, ToolResult};
-use crate::lead::tools::{Args, ToolError, ToolOutput};
+use crate::lead::tools::{Args, ToolError, ToolOutput, error_text};
 
 #[derive(Debug)]
 pub struct ToolErrorHandling;
-
-/// The result text for a tool that failed with `error`.
-pub fn error_text(name: &str, error: &ToolError) -> String {
-    let detail: String = error.to_string().chars().take(500).collect();
-    format!("Error: Tool '{name}' failed with {}: {detail}. Continue with available context, or choose an alternative tool.", error.kind())
-}
 
 impl Middleware for ToolErrorHandling {
     fn name(&self) -> &'static str {

@@ -8,6 +8,7 @@
 pub mod acp;
 pub mod ask_clarification;
 pub mod bash;
+pub mod error;
 pub mod glob;
 pub mod grep;
 pub mod image_search;
@@ -39,7 +40,7 @@ pub const USER_DATA: &str = "/mnt/user-data";
 /// Deliverables: the only place `present_files` accepts.
 pub const OUTPUTS: &str = "/mnt/user-data/outputs";
 
-pub use super::tool_error::ToolError;
+pub use error::{ToolError, error_text};
 
 /// A tool result.
 #[derive(Debug, Clone, PartialEq, Eq)]

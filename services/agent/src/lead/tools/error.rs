@@ -1,4 +1,6 @@
-//! What an unexpected tool failure is (expected ones are `Error: …` results the model reads).
+//! What an unexpected tool failure is (expected ones are `Error: …` results the model reads), and the
+//! text the model reads instead when one happens (used by the ToolErrorHandling middleware, the
+//! journalled tool call and the loop).
 
 /// An unexpected tool failure.
 #[derive(Debug, thiserror::Error)]
@@ -29,4 +31,10 @@ impl ToolError {
             ToolError::Stopping => "Stopping",
         }
     }
+}
+
+/// The result text for a tool that failed with `error`.
+pub fn error_text(name: &str, error: &ToolError) -> String {
+    let detail: String = error.to_string().chars().take(500).collect();
+    format!("Error: Tool '{name}' failed with {}: {detail}. Continue with available context, or choose an alternative tool.", error.kind())
 }
