@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use antler_proto::common::{ContentPart, ImagePart, Message, Role, ToolCall, content_part, image_part};
+use antler_proto::common::{Message, Role, ToolCall};
 use antler_proto::models::{ChatRequest, FinishReason};
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{CustomEvent, MessageEvent, RunError, ToolFinished, ToolStarted};
@@ -15,6 +15,7 @@ use super::env::RunEnv;
 use super::model::ChatStreamCall;
 use super::pipeline::LoopError;
 use super::state::{ThreadState, text_message, tool_message};
+use super::tools::view_image::images_message;
 use super::tools::{Args, ToolError, ToolOutput};
 use crate::AgentContext;
 use crate::outcome::{Outcome, Outputs};
@@ -284,21 +285,8 @@ fn build_request(agent: &LeadAgent, env: &RunEnv, state: &ThreadState) -> ChatRe
         messages.push(text_message(Role::System, system));
     }
     messages.extend(state.messages.iter().cloned());
-    // ViewImage: images from the last tool round, for this call only (never in the state). They go as
-    // sandbox paths; the models service reads the bytes when it builds the provider request.
-    let images = env.take_images();
-    if !images.is_empty() {
-        let mut message = text_message(Role::User, "Here are the images you asked to view:");
-        message.name = "view_image_context".to_owned();
-        for (path, mime) in images {
-            message.content.push(ContentPart {
-                part: Some(content_part::Part::Image(ImagePart {
-                    source: Some(image_part::Source::Url(path)),
-                    mime_type: mime,
-                    ..Default::default()
-                })),
-            });
-        }
+    // ViewImage: images from the last tool round, for this call only (never in the state).
+    if let Some(message) = images_message(env.take_images()) {
         messages.push(message);
     }
     ChatRequest {

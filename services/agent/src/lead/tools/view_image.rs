@@ -3,12 +3,14 @@
 //! only. The image travels as its sandbox path: the models service reads the bytes from the sandbox
 //! when it builds that call, so no image data is ever stored in a checkpoint or an event.
 
+use antler_proto::common::{ContentPart, ImagePart, Message, Role, content_part, image_part};
 use antler_proto::sandbox::ListDirRequest;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{Args, Tool, ToolError, ToolOutput, description_param, sandbox_failure};
 use crate::lead::env::RunEnv;
+use crate::lead::state::text_message;
 
 /// Largest image viewed (the models service reads at most this much from a sandbox).
 pub const MAX_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
@@ -16,6 +18,27 @@ const ROOTS: [&str; 3] = ["/mnt/user-data/workspace/", "/mnt/user-data/uploads/"
 
 #[derive(Debug)]
 pub struct ViewImage;
+
+/// The message that shows the model the images `view_image` queued since the last model call (None:
+/// none queued). Built for that one call and never put in the state: the images go as sandbox paths,
+/// and the models service reads the bytes when it builds the provider request.
+pub fn images_message(images: Vec<(String, String)>) -> Option<Message> {
+    if images.is_empty() {
+        return None;
+    }
+    let mut message = text_message(Role::User, "Here are the images you asked to view:");
+    message.name = "view_image_context".to_owned();
+    for (path, mime) in images {
+        message.content.push(ContentPart {
+            part: Some(content_part::Part::Image(ImagePart {
+                source: Some(image_part::Source::Url(path)),
+                mime_type: mime,
+                ..Default::default()
+            })),
+        });
+    }
+    Some(message)
+}
 
 /// The media type of an image path by its extension (None: not an image `view_image` takes).
 pub fn image_mime(path: &str) -> Option<&'static str> {
