@@ -195,7 +195,7 @@ mod tests {
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let problems = audit::audit(&src, KIT, &[]);
         assert!(problems.is_empty(), "{}", problems.join("\n"));
-        let readme = include_str!("../../../README.md");
+        let readme = include_str!("../../../../README.md");
         let missing = audit::undocumented_in_text(readme, KIT);
         assert!(missing.is_empty(), "the README's Metrics paragraph does not name {missing:?}");
     }
