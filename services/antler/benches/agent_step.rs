@@ -186,11 +186,12 @@ fn main() -> anyhow::Result<()> {
     // The services on one runtime (2 workers, as `antler up` on this machine); the client in its own
     // process; this thread only pairs what the client saw with the model times.
     let services = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("bench-server").enable_all().build()?;
-    let (url, drop_after) = services.block_on(services::database("step"))?;
+    let db = services.block_on(services::database())?;
+    let url = services::url(&db);
     let server = services.block_on(Server::start("agent_step", &url, "", &models_yaml()))?;
     let result = bench(times, &url, server.addr);
     services.block_on(server.stop())?;
-    services.block_on(services::drop_database(drop_after))?;
+    drop(db);
     result
 }
 

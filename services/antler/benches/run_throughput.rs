@@ -344,7 +344,8 @@ fn main() -> anyhow::Result<()> {
     for cpus in &cpu_sets {
         for &inflight in &inflights {
             for &turns in &shapes {
-                let (url, created) = runtime.block_on(services::database("throughput"))?;
+                let db = runtime.block_on(services::database())?;
+                let url = services::url(&db);
                 let target = match Target::existing()? {
                     Some(target) => target,
                     None => Target::start(&bin, cpus, &url, &shapes)?,
@@ -359,7 +360,7 @@ fn main() -> anyhow::Result<()> {
                 let w = runtime.block_on(window(&target, &channels, turns, inflight, warmup, secs))?;
                 drop(channels);
                 target.stop()?;
-                runtime.block_on(services::drop_database(created))?;
+                drop(db);
                 let runs = w.runs.max(1) as f64;
                 let rate = w.runs as f64 / w.secs;
                 println!(

@@ -142,11 +142,12 @@ fn main() -> anyhow::Result<()> {
     let runs: usize =
         std::env::var("BENCH_RUNS").ok().map(|v| v.parse().context("BENCH_RUNS must be a number")).transpose()?.unwrap_or(200);
     let services = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("bench-server").enable_all().build()?;
-    let (url, drop_after) = services.block_on(services::database("spawn"))?;
+    let db = services.block_on(services::database())?;
+    let url = services::url(&db);
     let server = services.block_on(Server::start("subagent_spawn", &url, RUNS_EXTRA, &models_yaml()))?;
     let result = bench(runs, &url, server.addr);
     services.block_on(server.stop())?;
-    services.block_on(services::drop_database(drop_after))?;
+    drop(db);
     result
 }
 

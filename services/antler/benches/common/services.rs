@@ -2,6 +2,7 @@
 //! sandbox on loopback, on SQLite under a temporary data dir or on a fresh PostgreSQL database
 //! (`BENCH_DATABASE_URL`, an admin URL: the database is created for the run and dropped after it).
 
+use antler_integration_tests::db::{Backend, TestDb};
 use antler_integration_tests::inproc::InProcess;
 
 /// The services, served in this process until [`Server::stop`].
@@ -32,24 +33,19 @@ impl Server {
     }
 }
 
-/// The database for a run of `bench`: a fresh PostgreSQL database when `BENCH_DATABASE_URL` is set
-/// (its URL, and what [`drop_database`] needs), else an empty URL (SQLite under the data dir).
-pub async fn database(bench: &str) -> anyhow::Result<(String, Option<(String, String)>)> {
-    let Ok(admin) = std::env::var("BENCH_DATABASE_URL") else { return Ok((String::new(), None)) };
-    let name = format!("antler_bench_{bench}_{}", std::process::id());
-    let db = sea_orm::Database::connect(&admin).await?;
-    sea_orm::ConnectionTrait::execute_unprepared(&db, &format!("CREATE DATABASE {name}")).await?;
-    let base = admin.rsplit_once('/').map(|(base, _)| base.to_owned()).unwrap_or(admin.clone());
-    Ok((format!("{base}/{name}"), Some((admin, name))))
+/// The database of one bench run: with `BENCH_DATABASE_URL` (an admin URL) a fresh PostgreSQL database on
+/// that server, the harness's [`TestDb`], dropped with it; without, none: the services keep SQLite under
+/// their data dir.
+pub async fn database() -> anyhow::Result<Option<TestDb>> {
+    match std::env::var("BENCH_DATABASE_URL") {
+        Ok(admin) => Ok(Some(TestDb::new_on(Backend::Postgres, &admin).await?)),
+        Err(_) => Ok(None),
+    }
 }
 
-/// Drops the database [`database`] created, if it did.
-pub async fn drop_database(created: Option<(String, String)>) -> anyhow::Result<()> {
-    if let Some((admin, name)) = created {
-        let db = sea_orm::Database::connect(&admin).await?;
-        sea_orm::ConnectionTrait::execute_unprepared(&db, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await?;
-    }
-    Ok(())
+/// The `runs.database.url` for `db` (empty: SQLite under the data dir).
+pub fn url(db: &Option<TestDb>) -> String {
+    db.as_ref().map(|db| db.url.clone()).unwrap_or_default()
 }
 
 /// The value at quantile `p` of `sorted` (NaN when empty).
