@@ -10,6 +10,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use antler_integration_tests::percentile::percentile;
 use antler_kit::auth::{ApiKeyConfig, AuthConfig};
 use antler_kit::config::ServerConfig;
 use antler_kit::{Authenticator, ServiceSet};
@@ -125,7 +126,7 @@ async fn measure(channels: &[Channel], rpc: Rpc, concurrency: usize, total: usiz
     }
     let elapsed = started.elapsed();
     all.sort();
-    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
+    let pct = |p: f64| percentile(&all, p).unwrap_or_default();
     Ok(Figures { p50: pct(0.50), p99: pct(0.99), rps: all.len() as f64 / elapsed.as_secs_f64() })
 }
 

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use antler_integration_tests::db::{Backend, TestDb};
 use antler_integration_tests::llm_double::{AfterLast, LlmDouble, Select, Turn};
 use antler_integration_tests::memory::{SERVICE, adds, config, conversation};
+use antler_integration_tests::percentile::percentile;
 use antler_integration_tests::{Launch, Process, start};
 use antler_proto::memory::memory_service_client::MemoryServiceClient;
 use antler_proto::memory::*;
@@ -123,9 +124,7 @@ async fn clients(server: &Process) -> Result<Vec<MemoryServiceClient<Channel>>> 
 
 fn percentiles(mut samples: Vec<Duration>) -> (f64, f64, f64) {
     samples.sort();
-    let at = |q: f64| {
-        samples.get(((samples.len() as f64 * q) as usize).min(samples.len().saturating_sub(1))).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
-    };
+    let at = |q: f64| percentile(&samples, q).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
     (at(0.5), at(0.99), at(1.0))
 }
 

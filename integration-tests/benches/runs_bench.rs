@@ -57,6 +57,7 @@ use antler_agent::{Agent, AgentContext, AgentFactory, RunSpec};
 use antler_agent::{Outcome, Outputs};
 use antler_integration_tests::db::{Backend, TestDb};
 use antler_integration_tests::inproc::InProcess;
+use antler_integration_tests::percentile::percentile;
 use antler_integration_tests::procfs;
 use antler_kit::ServiceSet;
 use antler_kit::cli::{RegisterFuture, Registration, ServiceContext};
@@ -244,13 +245,6 @@ fn is_terminal(status: i32) -> bool {
 
 fn ts_ms(ts: Option<&prost_types::Timestamp>) -> i64 {
     ts.map(|t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000).unwrap_or(0)
-}
-
-fn pct<T: Copy + Ord>(sorted: &[T], p: f64) -> Option<T> {
-    if sorted.is_empty() {
-        return None;
-    }
-    Some(sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)])
 }
 
 async fn get_run(client: &mut RunServiceClient<Channel>, run_id: &str) -> Result<Run> {
@@ -562,10 +556,10 @@ async fn latency(backend: Backend, agents: Agents) -> Result<Latency> {
             append.sort();
             delivery.sort();
             Some([
-                pct(&append, 0.5).unwrap_or(0),
-                pct(&append, 0.99).unwrap_or(0),
-                pct(&delivery, 0.5).unwrap_or(0),
-                pct(&delivery, 0.99).unwrap_or(0),
+                percentile(&append, 0.5).unwrap_or(0),
+                percentile(&append, 0.99).unwrap_or(0),
+                percentile(&delivery, 0.5).unwrap_or(0),
+                percentile(&delivery, 0.99).unwrap_or(0),
             ])
         } else {
             None
@@ -574,8 +568,8 @@ async fn latency(backend: Backend, agents: Agents) -> Result<Latency> {
             backend,
             method: if agents == Agents::Probe { "probe µs stamp" } else { "RunEvent.time" },
             n: total.len(),
-            p50_us: pct(&total, 0.5).unwrap_or(0),
-            p99_us: pct(&total, 0.99).unwrap_or(0),
+            p50_us: percentile(&total, 0.5).unwrap_or(0),
+            p99_us: percentile(&total, 0.99).unwrap_or(0),
             max_us: total.last().copied().unwrap_or(0),
             split,
             cpu,

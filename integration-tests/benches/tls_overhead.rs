@@ -23,6 +23,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use antler_integration_tests::percentile::percentile;
 use antler_integration_tests::tls::{Ca, LOCAL_NAMES, client};
 use antler_kit::auth::AuthConfig;
 use antler_kit::config::ServerConfig;
@@ -98,7 +99,7 @@ struct Figures {
 
 fn figures(mut all: Vec<Duration>, elapsed: Duration) -> Figures {
     all.sort();
-    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
+    let pct = |p: f64| percentile(&all, p).unwrap_or_default();
     Figures { p50: pct(0.50), p99: pct(0.99), per_second: all.len() as f64 / elapsed.as_secs_f64() }
 }
 

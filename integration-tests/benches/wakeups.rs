@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use antler_integration_tests::db::{Backend, TestDb};
+use antler_integration_tests::percentile::percentile;
 use antler_integration_tests::runs::*;
 use antler_integration_tests::{Launch, Process, start};
 use antler_proto::runs::run_service_client::RunServiceClient;
@@ -81,19 +82,12 @@ async fn follow(mut runs: RunServiceClient<Channel>, run_id: String) -> Result<V
     anyhow::bail!("the stream of {run_id} closed before its END")
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 fn summary(mut values: Vec<f64>, unit: &str) -> String {
     values.sort_by(f64::total_cmp);
     format!(
         "p50 {:.1} {unit}, p99 {:.1} {unit}, max {:.1} {unit} (n = {})",
-        percentile(&values, 0.5),
-        percentile(&values, 0.99),
+        percentile(&values, 0.5).unwrap_or(f64::NAN),
+        percentile(&values, 0.99).unwrap_or(f64::NAN),
         values.last().copied().unwrap_or(f64::NAN),
         values.len()
     )

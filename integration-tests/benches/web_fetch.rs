@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use antler_agent::lead::tools::web::config::FetchConfig;
 use antler_agent::lead::tools::web::convert::html_to_markdown;
 use antler_agent::lead::tools::web_fetch::Fetched;
+use antler_integration_tests::percentile::percentile;
 use antler_integration_tests::web_double::{Answer, PageServer};
 
 const PAGE_BYTES: usize = 1 << 20;
@@ -77,13 +78,6 @@ fn threads_cpu(prefix: &str) -> Duration {
 fn thread_cpu() -> Duration {
     let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
     Duration::from_nanos(text.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0))
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// A 1 MiB page: ~15% scripts and styles, menus and a footer, the rest an article of headed sections
@@ -224,8 +218,8 @@ fn main() -> anyhow::Result<()> {
         }
         samples.sort();
         let fetch = Phase {
-            p50: percentile(&samples, 0.5),
-            p99: percentile(&samples, 0.99),
+            p50: percentile(&samples, 0.5).unwrap_or_default(),
+            p99: percentile(&samples, 0.99).unwrap_or_default(),
             cpu_per_call: (cpu_of(&pid) - cpu0) / calls as u32,
             server_cpu_per_call: (threads_cpu("page-server") - server0) / calls as u32,
         };
@@ -247,8 +241,8 @@ fn main() -> anyhow::Result<()> {
         }
         samples.sort();
         let baseline = Phase {
-            p50: percentile(&samples, 0.5),
-            p99: percentile(&samples, 0.99),
+            p50: percentile(&samples, 0.5).unwrap_or_default(),
+            p99: percentile(&samples, 0.99).unwrap_or_default(),
             cpu_per_call: (children_cpu() - cpu0) / calls as u32,
             server_cpu_per_call: (threads_cpu("page-server") - server0) / calls as u32,
         };

@@ -21,6 +21,7 @@ pub mod mcp;
 pub mod memory;
 pub mod metrics;
 pub mod otlp;
+pub mod percentile;
 pub mod procfs;
 pub mod provider_doubles;
 pub mod runs;

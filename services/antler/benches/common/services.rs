@@ -48,10 +48,7 @@ pub fn url(db: &Option<TestDb>) -> String {
     db.as_ref().map(|db| db.url.clone()).unwrap_or_default()
 }
 
-/// The value at quantile `p` of `sorted` (NaN when empty).
+/// The value at quantile `p` of `sorted` (NaN when empty), by the harness's one percentile.
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+    antler_integration_tests::percentile::percentile(sorted, p).unwrap_or(f64::NAN)
 }
