@@ -6,9 +6,16 @@ It answers `initialize` and `session/new`; on `session/prompt` it streams `sessi
 notifications (message chunks, a tool call and its update), asks `session/request_permission` for
 an edit, writes a file inside its cwd (the ACP workspace) and one outside it through
 `fs/write_text_file`, reads the first back with `fs/read_text_file`, and says what each got. A
-prompt containing HANG makes it start a grandchild, write both pids into the workspace, and never
+prompt containing HANG makes it start a grandchild, write `hanging` into the workspace, and never
 end its turn (a `session/cancel` is written down and ignored; SIGTERM is ignored too), for the timeout
-and cancel tests.
+and cancel tests. Its first argument, when given, is a mark the grandchild carries on its command line
+too, so a test can find both among the host's processes (their pids inside a bwrap sandbox are not
+the host's).
+
+A prompt `CONFINE outside=DIR data=DIR` tests the sandbox the agent runs in: with its own open(), not
+through the client, it writes `direct.txt` in its cwd, reads `DIR/visible.txt` and writes
+`DIR/escape.txt` outside, looks for the runs database `data/runs.db` and writes `data/escape.txt`, and
+says what each got.
 """
 
 import json
@@ -19,6 +26,7 @@ import sys
 import time
 
 CWD = os.getcwd()
+MARK = sys.argv[1] if len(sys.argv) > 1 else "acp-double"
 next_id = 0
 session_id = None
 
@@ -66,13 +74,17 @@ def prompt(request_id, params):
     if "HANG" in text:
         # Ignored here and (inherited through exec) in the grandchild: only SIGKILL ends them.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        child = subprocess.Popen(["sleep", "300"])
-        with open(os.path.join(CWD, "pids"), "w") as f:
-            f.write("%d %d" % (os.getpid(), child.pid))
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", MARK])
+        with open(os.path.join(CWD, "hanging"), "w") as f:
+            f.write(MARK)
         for line in sys.stdin:
             if line.strip():
                 note_cancel(json.loads(line))
         time.sleep(600)
+        return
+    if text.startswith("CONFINE"):
+        confine(dict(word.split("=", 1) for word in text.split()[1:] if "=" in word))
+        send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}})
         return
     update("tool_call", toolCallId="edit-1", title="Edit result.txt", kind="edit", status="pending")
     answer = call(
@@ -99,6 +111,35 @@ def prompt(request_id, params):
     update("tool_call_update", toolCallId="edit-1", status="completed")
     say("Done.")
     send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}})
+
+
+def attempt(what, action):
+    """Runs `action` and says `what: ok` (or its value) or `what: refused (the error)`."""
+    try:
+        value = action()
+        say("%s: %s\n" % (what, "ok" if value is None else value))
+    except OSError as e:
+        say("%s: refused (%s)\n" % (what, e.strerror))
+
+
+def write(path, content):
+    with open(path, "w") as f:
+        f.write(content)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def confine(places):
+    outside, data = places.get("outside", "/nonexistent"), places.get("data", "/nonexistent")
+    attempt("cwd write", lambda: write(os.path.join(CWD, "direct.txt"), "DIRECT\n"))
+    attempt("outside read", lambda: read(os.path.join(outside, "visible.txt")))
+    attempt("outside write", lambda: write(os.path.join(outside, "escape.txt"), "ESCAPED\n"))
+    say("data db: %s\n" % ("present" if os.path.exists(os.path.join(data, "runs.db")) else "missing"))
+    attempt("data list", lambda: ",".join(sorted(os.listdir(data))))
+    attempt("data write", lambda: write(os.path.join(data, "escape.txt"), "ESCAPED\n"))
 
 
 def main():

@@ -4,7 +4,9 @@
 //! denied by default and granted when allowlisted; its write inside the ACP workspace lands and the
 //! lead agent reads it at /mnt/acp-workspace but cannot write there; its write outside is refused; a
 //! call that hangs is cancelled at the timeout and when the run is cancelled, and its process group
-//! (a grandchild that ignores SIGTERM included) is killed.
+//! (a grandchild that ignores SIGTERM included) is killed. The agent runs under bwrap
+//! (`runs.lead.acp.isolation`, default): its own writes land in its workspace only, the host is
+//! read-only to it and the data directory (the runs database) invisible.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,7 +18,7 @@ use antler_integration_tests::runs::*;
 use antler_integration_tests::{Launch, start};
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{CancelRunRequest, RunStatus};
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Result, bail, ensure};
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(60);
@@ -25,12 +27,17 @@ fn double_py() -> String {
     format!("{}/acp/acp_agent_double.py", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The `runs.lead` lines: the double as agent `double`, plus `acp` settings.
-fn lead(acp: &str) -> String {
+/// The `runs.lead` lines: the double as agent `double`, plus `acp` settings. `mark` goes on the
+/// command line of the double and of the grandchild it starts (see [`marked`]).
+fn lead(mark: &str, acp: &str) -> String {
     format!(
-        "  lead:\n    acp_agents:\n      double:\n        command: python3\n        args: ['{}']\n        description: A test agent.\n    acp:\n{acp}",
+        "  lead:\n    acp_agents:\n      double:\n        command: python3\n        args: ['{}', '{mark}']\n        description: A test agent.\n    acp:\n{acp}",
         double_py()
     )
+}
+
+fn new_mark() -> String {
+    format!("acp-mark-{}", uuid::Uuid::new_v4().simple())
 }
 
 fn acp_workspace(data: &Path, thread_id: &str) -> PathBuf {
@@ -48,28 +55,50 @@ fn acp_events(events: &[antler_proto::runs::RunEvent]) -> Vec<Value> {
         .collect()
 }
 
-/// Whether `pid` is gone (or a zombie nobody reaped: it runs no more).
-fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
+/// The host's running processes (zombies nobody reaped run no more) with `mark` as an argument: bwrap,
+/// the double and its grandchild. Found by command line because pids inside the sandbox's pid namespace
+/// are not the host's.
+fn marked(mark: &str) -> Vec<(u32, String)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let zombie = stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            (!zombie && args.iter().any(|a| a == mark)).then(|| (pid, args.join(" ")))
+        })
+        .collect()
 }
 
-async fn wait_gone(pids: &[u32], within: Duration) -> Result<()> {
+async fn wait_gone(mark: &str, within: Duration) -> Result<()> {
     let deadline = Instant::now() + within;
-    while !pids.iter().all(|p| gone(*p)) {
+    loop {
+        let left = marked(mark);
+        if left.is_empty() {
+            return Ok(());
+        }
         if Instant::now() > deadline {
-            bail!("still running: {:?}", pids.iter().filter(|p| !gone(**p)).collect::<Vec<_>>());
+            bail!("still running: {left:?}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Ok(())
 }
 
-fn pids(workspace: &Path) -> Result<Vec<u32>> {
-    let text = std::fs::read_to_string(workspace.join("pids")).context("the double wrote no pids")?;
-    Ok(text.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+/// Waits for the hanging double to have started its grandchild, and checks both run.
+async fn wait_hanging(workspace: &Path, mark: &str, up: &antler_integration_tests::Process) -> Result<()> {
+    let deadline = Instant::now() + T;
+    while !workspace.join("hanging").is_file() {
+        ensure!(Instant::now() < deadline, "the agent never started\n{}", up.stderr());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let running = marked(mark);
+    // bwrap's own command line names both programs too.
+    let runs = |what: &str| running.iter().any(|(_, args)| !args.starts_with("bwrap") && !args.contains("/bwrap ") && args.contains(what));
+    ensure!(runs("acp_agent_double.py"), "the double runs: {running:?}");
+    ensure!(runs("time.sleep(300)"), "its grandchild runs: {running:?}");
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +120,7 @@ async fn an_acp_agent_works_in_its_workspace_and_the_lead_reads_the_result() -> 
     .await?;
     let db = TestDb::new(Backend::Sqlite).await?;
     let data = tempfile::tempdir()?;
-    let config = agent_config(&db, &double.models_yaml(), &lead("      timeout_seconds: 30\n"));
+    let config = agent_config(&db, &double.models_yaml(), &lead(&new_mark(), "      timeout_seconds: 30\n"));
     let up = start("antler", Launch::new(["up"]).config(with_metrics(&config, "[0.1, 1]")).data_dir(data.path()))?;
     let metrics = metrics_url(&up)?;
     let (mut runs, _) = clients(&up).await?;
@@ -149,7 +178,8 @@ async fn an_allowlisted_permission_is_granted_and_a_hung_agent_is_killed_at_the_
     .await?;
     let db = TestDb::new(Backend::Sqlite).await?;
     let data = tempfile::tempdir()?;
-    let extra = lead("      timeout_seconds: 2\n      permissions: [edit]\n");
+    let mark = new_mark();
+    let extra = lead(&mark, "      timeout_seconds: 2\n      permissions: [edit]\n");
     let up = start_agent_up(&db, &double.models_yaml(), &extra, Some(data.path()))?;
     let (mut runs, _) = clients(&up).await?;
     let started = Instant::now();
@@ -167,7 +197,8 @@ async fn an_allowlisted_permission_is_granted_and_a_hung_agent_is_killed_at_the_
 
     let workspace = acp_workspace(data.path(), &run.thread_id);
     ensure!(workspace.join("cancel-received").is_file(), "session/cancel was sent before the kill");
-    wait_gone(&pids(&workspace)?, Duration::from_secs(10)).await?;
+    ensure!(workspace.join("hanging").is_file(), "the hung agent had started its grandchild");
+    wait_gone(&mark, Duration::from_secs(10)).await?;
     let events = acp_events(&run_events(&mut runs, ALICE, &run.run_id).await?);
     ensure!(events.iter().any(|e| e["type"] == "finished" && e["outcome"] == "timeout" && e["tool_call_id"] == "a2"), "{events:?}");
     Ok(())
@@ -182,21 +213,60 @@ async fn cancelling_the_run_ends_the_acp_session_and_kills_the_agent() -> Result
     .await?;
     let db = TestDb::new(Backend::Sqlite).await?;
     let data = tempfile::tempdir()?;
-    let up = start_agent_up(&db, &double.models_yaml(), &lead("      timeout_seconds: 600\n"), Some(data.path()))?;
+    let mark = new_mark();
+    let up = start_agent_up(&db, &double.models_yaml(), &lead(&mark, "      timeout_seconds: 600\n"), Some(data.path()))?;
     let (mut runs, _) = clients(&up).await?;
     let run = runs.create_run(authed(prompt_request("", "Delegate."), ALICE)).await?.into_inner().run.unwrap_or_default();
     let workspace = acp_workspace(data.path(), &run.thread_id);
-    let deadline = Instant::now() + T;
-    while !workspace.join("pids").is_file() {
-        ensure!(Instant::now() < deadline, "the agent never started\n{}", up.stderr());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let pids = pids(&workspace)?;
-    ensure!(!pids.iter().any(|p| gone(*p)), "both run before the cancel: {pids:?}");
+    wait_hanging(&workspace, &mark, &up).await?;
     runs.cancel_run(authed(CancelRunRequest { run_id: run.run_id.clone(), ..Default::default() }, ALICE)).await?;
     let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
     ensure!(run.status() == RunStatus::Interrupted, "{:?}", run.status());
-    wait_gone(&pids, Duration::from_secs(10)).await?;
+    wait_gone(&mark, Duration::from_secs(10)).await?;
     ensure!(workspace.join("cancel-received").is_file(), "session/cancel was sent first");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_agent_writes_only_its_workspace_and_cannot_see_the_data_directory() -> Result<()> {
+    let data = tempfile::tempdir()?;
+    // Outside /tmp (the sandbox has a /tmp of its own): the agent sees this directory, read-only.
+    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
+    std::fs::write(outside.path().join("visible.txt"), "HOST-FILE")?;
+    let task = format!("CONFINE outside={} data={}", outside.path().display(), data.path().display());
+    let double = LlmDouble::start(
+        vec![
+            Turn::tools("Delegating.", vec![call("a1", "invoke_acp_agent", json!({"agent": "double", "prompt": task}))]),
+            Turn::text("Done."),
+        ],
+        AfterLast::Refuse,
+    )
+    .await?;
+    let db = TestDb::new(Backend::Sqlite).await?;
+    // The runs database where it lives by default: in the data directory.
+    let database = data.path().join("runs.db");
+    let config = agent_config(&db, &double.models_yaml(), &lead(&new_mark(), "      timeout_seconds: 30\n"))
+        .replace(&db.url, &format!("sqlite://{}?mode=rwc", database.display()));
+    let up = start("antler", Launch::new(["up"]).config(config).data_dir(data.path()))?;
+    let (mut runs, _) = clients(&up).await?;
+    let run = runs.create_run(authed(prompt_request("", "Delegate."), ALICE)).await?.into_inner().run.unwrap_or_default();
+    let run = wait_run(&mut runs, ALICE, &run.run_id, T, is_terminal).await?;
+    ensure!(run.status() == RunStatus::Success, "{:?}\n{}", run.error, up.stderr());
+
+    let result = double.requests()[1]["messages"].to_string();
+    ensure!(result.contains("ACP agent `double` finished"), "{result}");
+    ensure!(result.contains("cwd write: ok"), "{result}");
+    ensure!(result.contains("outside read: HOST-FILE"), "the host is readable: {result}");
+    ensure!(result.contains("outside write: refused (Read-only file system)"), "{result}");
+    ensure!(result.contains("data db: missing"), "{result}");
+    ensure!(result.contains("data list: sandbox\\n"), "only the way to its workspace: {result}");
+    ensure!(result.contains("data write: refused (Read-only file system)"), "{result}");
+
+    // What the host sees.
+    let workspace = acp_workspace(data.path(), &run.thread_id);
+    ensure!(std::fs::read_to_string(workspace.join("direct.txt"))? == "DIRECT\n", "its own write landed in its workspace");
+    ensure!(!outside.path().join("escape.txt").exists(), "nothing written outside");
+    ensure!(!data.path().join("escape.txt").exists(), "nothing written in the data directory");
+    ensure!(database.is_file(), "the database it could not see is there");
     Ok(())
 }

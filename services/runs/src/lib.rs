@@ -82,6 +82,8 @@ pub async fn mount(
             if lead.acp.workspace_root.is_empty() {
                 lead.acp.workspace_root = ctx.config.server.data_dir.join("sandbox").to_string_lossy().into_owned();
             }
+            // Hidden from a confined ACP agent: the database and every other thread's files live here.
+            lead.acp.data_dir = ctx.config.server.data_dir.to_string_lossy().into_owned();
             Arc::new(antler_agent::lead::LeadFactory { config: lead, custom: Vec::new() })
         }
     });

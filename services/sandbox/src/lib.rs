@@ -8,11 +8,13 @@
 //! * `registry.rs` holds live sandboxes (LRU, lifecycle, running commands), `locks.rs` the per-file locks;
 //! * `files/` has one module per file tool; `exec/` runs commands; `providers/` builds their processes
 //!   (`local.rs`, `bwrap.rs`); `seccomp/` is the system-call filter of bwrap sandboxes (`policy.rs`
-//!   lists what it refuses and why);
+//!   lists what it refuses and why); `confine.rs` runs one host program under bwrap with one writable
+//!   directory (the runs service's external ACP agents);
 //! * `service.rs` is the domain entry point, `api.rs` the thin gRPC layer, `error.rs` the status mapping.
 
 pub mod api;
 pub mod config;
+pub mod confine;
 pub mod convert;
 pub mod error;
 pub mod exec;

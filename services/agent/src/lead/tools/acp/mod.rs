@@ -3,19 +3,22 @@
 //! `agent-client-protocol` crate.
 //!
 //! By file: the settings (`config.rs`), the answers to permission requests (`policy.rs`), the
-//! `fs/*` requests confined to the ACP workspace (`fs.rs`), one call's process and protocol
-//! conversation (`session.rs`). Here: the tool, which finds the thread's ACP workspace on the host,
-//! streams what the agent does as `acp_agent` custom events and answers the agent's final text.
+//! `fs/*` requests confined to the ACP workspace (`fs.rs`), how the agent's process is confined
+//! (`isolation.rs`: bwrap by default), one call's process and protocol conversation (`session.rs`).
+//! Here: the tool, which finds the thread's ACP workspace on the host, streams what the agent does as
+//! `acp_agent` custom events and answers the agent's final text.
 //!
 //! The workspace is the sandbox service's `users/{user}/threads/{thread}/acp-workspace`: the agent's
-//! cwd and the only place the client side writes for it; the lead agent's sandbox mounts it read-only
-//! at `/mnt/acp-workspace`. One process per call, never pooled: a call's process, cwd and
+//! cwd, the only place the client side writes for it and, under bwrap, the only place the agent's
+//! own process can write; the lead agent's sandbox mounts it read-only at `/mnt/acp-workspace`.
+//! One process per call, never pooled: a call's process, cwd and
 //! permissions belong to one thread, and an agent keeps conversation state that must not leak into
 //! another thread's call. The tool is side-effecting, so the journal keeps a resumed run from calling
 //! the agent twice.
 
 pub mod config;
 pub mod fs;
+pub mod isolation;
 pub mod policy;
 pub mod session;
 
@@ -169,7 +172,10 @@ impl InvokeAcpAgent {
                 self.config.max_output_chars
             ));
         }
-        let stderr = if report.stderr.is_empty() { String::new() } else { format!("\nIts stderr ended with:\n{}", report.stderr) };
+        let mut stderr = if report.stderr.is_empty() { String::new() } else { format!("\nIts stderr ended with:\n{}", report.stderr) };
+        if let Some(hint) = isolation::hint(&self.config, &report.stderr) {
+            stderr.push_str(&format!("\n{hint}"));
+        }
         match &report.ending {
             Ending::Finished { stop_reason } => ToolOutput::ok(format!(
                 "ACP agent `{name}` finished (stop reason: {stop_reason}). Its workspace is /mnt/acp-workspace.\n{notes}\n{text}"
@@ -250,6 +256,10 @@ impl InvokeAcpAgent {
                 Ok(workspace) => workspace,
                 Err(e) => return Ok(ToolOutput::error(format!("Error: the ACP workspace cannot be opened: {e}"))),
             };
+            let command = match isolation::command(agent, &self.config, workspace.root()) {
+                Ok(command) => command,
+                Err(why) => return Ok(ToolOutput::error(format!("Error: ACP agent `{name}` cannot be started: {why}"))),
+            };
             let ctx = &env.ctx;
             let stopping = |_| ToolError::Stopping;
             ctx.emit(event(&call_id, &name, json!({"type": "started", "prompt": prompt}))).await.map_err(stopping)?;
@@ -259,6 +269,7 @@ impl InvokeAcpAgent {
             let _ends_session = cancel.clone().drop_guard();
             let request = Call {
                 agent: agent.clone(),
+                command,
                 workspace,
                 prompt,
                 policy: self.policy.clone(),

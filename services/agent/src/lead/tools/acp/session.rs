@@ -1,5 +1,7 @@
 //! One ACP call, start to end: start the agent's process (its own process group, cwd the ACP
-//! workspace), `initialize`, `session/new`, one `session/prompt`, then stop the process group.
+//! workspace, confined as [`super::isolation`] built it), `initialize`, `session/new`, one
+//! `session/prompt`, then stop the process group. Under bwrap the group's leader is bwrap: killing it
+//! ends the sandbox's pid namespace and everything in it.
 //!
 //! The `agent-client-protocol` crate's futures are not `Send` (its connection lives in `Rc`s and
 //! spawns with `spawn_local`), so each call runs on a thread of its own with a current-thread tokio
@@ -36,6 +38,8 @@ const STDERR_TAIL: usize = 2_000;
 #[derive(Debug)]
 pub struct Call {
     pub agent: AcpAgentConfig,
+    /// The agent's process as [`super::isolation::command`] built it (stdio set here).
+    pub command: tokio::process::Command,
     pub workspace: Workspace,
     pub prompt: String,
     pub policy: PermissionPolicy,
@@ -255,13 +259,9 @@ fn signal_group(pid: Option<u32>, sig: rustix::process::Signal) {
 }
 
 async fn run(call: Call, progress: mpsc::UnboundedSender<Progress>, cancel: CancellationToken) -> Report {
-    let Call { agent, workspace, prompt, policy, timeout, max_chars } = call;
+    let Call { agent, mut command, workspace, prompt, policy, timeout, max_chars } = call;
     let cwd: PathBuf = workspace.root().to_path_buf();
-    let mut command = tokio::process::Command::new(&agent.command);
     command
-        .args(&agent.args)
-        .envs(&agent.env)
-        .current_dir(&cwd)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
