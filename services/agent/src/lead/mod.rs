@@ -3,16 +3,16 @@
 //! By file: the loop (`runner.rs`), the streamed model call (`model.rs`), tool execution and the
 //! side-effect journal around it (`tool_exec.rs`), the middleware pipeline (`pipeline.rs`) and its
 //! layers (`middleware/`), the tools (`tools/`), the thread state and its checkpoint form
-//! (`state.rs`), what one run shares (`env.rs`), settings (`config.rs`).
+//! (`state.rs`), what one run shares (`run_env.rs`), settings (`config.rs`).
 
 pub mod config;
-pub mod env;
 pub mod guardrail_providers;
 pub mod middleware;
 pub mod model;
 pub mod model_info;
 pub mod pipeline;
 pub mod prompt;
+pub mod run_env;
 pub mod runner;
 pub mod skills;
 pub mod state;

@@ -10,8 +10,8 @@ use antler_proto::runs::{MessageDelta, ToolCallDelta};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 
-use super::env::RunEnv;
 use super::pipeline::{LoopError, ModelResult, ModelTerminal, ModelTurn};
+use super::run_env::RunEnv;
 
 /// Longest a model stream may take end to end.
 const STREAM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3600);

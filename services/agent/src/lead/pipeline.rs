@@ -8,7 +8,7 @@ use antler_proto::common::{Message, ToolCall, Usage};
 use antler_proto::models::{ChatRequest, FinishReason};
 use futures::future::BoxFuture;
 
-use super::env::RunEnv;
+use super::run_env::RunEnv;
 use super::state::ThreadState;
 use super::tools::{Args, ToolError, ToolOutput};
 

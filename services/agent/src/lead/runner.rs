@@ -11,9 +11,9 @@ use antler_proto::runs::{CustomEvent, MessageEvent, RunError, ToolFinished, Tool
 
 use super::LeadAgent;
 use super::config::TruncatedAnswer;
-use super::env::RunEnv;
 use super::model::ChatStreamCall;
 use super::pipeline::LoopError;
+use super::run_env::RunEnv;
 use super::state::{ThreadState, text_message, tool_message};
 use super::tools::view_image::images_message;
 use super::tools::{Args, ToolError, ToolOutput};

@@ -6,8 +6,8 @@
 use antler_proto::common::ToolCall;
 use futures::future::BoxFuture;
 
-use super::env::RunEnv;
 use super::pipeline::{ToolResult, ToolTerminal};
+use super::run_env::RunEnv;
 use super::tools::{Args, ToolError, ToolOutput, ToolSet};
 use crate::Effect;
 

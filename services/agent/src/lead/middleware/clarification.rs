@@ -9,8 +9,8 @@ use antler_proto::runs::{ClarificationEvent, ClarificationOption, FormField, For
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{Middleware, ToolNext, ToolResult};
+use crate::lead::run_env::RunEnv;
 use crate::lead::tools::{Args, ToolError, ToolOutput};
 
 #[derive(Debug)]

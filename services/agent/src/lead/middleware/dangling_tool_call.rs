@@ -6,8 +6,8 @@ use antler_proto::common::{Message, Role};
 use antler_proto::models::ChatRequest;
 use futures::future::BoxFuture;
 
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{Middleware, ModelNext, ModelResult};
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::tool_message;
 
 /// DeerFlow's text for a call that never returned.

@@ -10,9 +10,9 @@ use antler_proto::runs::run_event::Kind;
 use futures::future::BoxFuture;
 use serde_json::json;
 
-use crate::lead::env::RunEnv;
 use crate::lead::guardrail_providers::{GuardrailDecision, GuardrailError, GuardrailProvider, GuardrailRequest};
 use crate::lead::pipeline::{Middleware, ToolNext, ToolResult};
+use crate::lead::run_env::RunEnv;
 use crate::lead::tools::{Args, ToolError, ToolOutput};
 
 pub struct Guardrail {

@@ -15,8 +15,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::lead::config::LoopDetectionConfig;
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware, ModelNext, ModelResult};
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::{ThreadState, finish_with_note, text_message};
 
 pub const WARNING: &str = "[LOOP DETECTED] You are repeating the same tool calls. Stop calling tools and produce your final answer now. \

@@ -16,8 +16,8 @@ use futures::future::BoxFuture;
 use tokio::sync::OnceCell;
 
 use crate::lead::config::MemoryConfig;
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware, ModelNext, ModelResult};
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::{ThreadState, text_of};
 
 /// Names of the messages the agent's own layers add (reminders, warnings, image context): not the

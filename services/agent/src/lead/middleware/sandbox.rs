@@ -10,8 +10,8 @@
 
 use futures::future::BoxFuture;
 
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware};
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::ThreadState;
 
 #[derive(Debug)]

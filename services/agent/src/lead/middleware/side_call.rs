@@ -6,8 +6,8 @@ use antler_proto::common::Role;
 use antler_proto::models::ChatRequest;
 use antler_proto::models::model_service_client::ModelServiceClient;
 
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::LoopError;
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::{text_message, text_of};
 
 /// Sends `prompt` as one user message to `model` (empty: the models service's default) as `caller`,

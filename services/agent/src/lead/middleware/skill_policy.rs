@@ -12,8 +12,8 @@ use antler_proto::common::ToolCall;
 use antler_proto::models::ChatRequest;
 use futures::future::BoxFuture;
 
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware, ModelNext, ModelResult, ToolNext, ToolResult};
+use crate::lead::run_env::RunEnv;
 use crate::lead::skills;
 use crate::lead::state::ThreadState;
 use crate::lead::tools::{Args, ToolOutput};

@@ -9,8 +9,8 @@ use antler_proto::common::{Message, Role};
 use futures::future::BoxFuture;
 use prost_types::value::Kind;
 
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware};
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::{ThreadState, finish_with_note};
 
 #[derive(Debug)]

@@ -14,8 +14,8 @@ use futures::future::BoxFuture;
 use tokio::sync::OnceCell;
 
 use crate::lead::config::{ContextSize, SizeKind, SummarizationConfig};
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware};
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::{ThreadState, text_of};
 
 pub const CALLER: &str = "middleware:summarization";

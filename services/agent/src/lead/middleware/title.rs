@@ -7,8 +7,8 @@ use antler_proto::common::Role;
 use futures::future::BoxFuture;
 
 use crate::lead::config::TitleConfig;
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware};
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::{ThreadState, text_of};
 
 /// The caller tag of title calls.

@@ -9,8 +9,8 @@ use antler_proto::common::Role;
 use antler_proto::models::ChatRequest;
 use futures::future::BoxFuture;
 
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware, ModelNext, ModelResult};
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::{ThreadState, Todo, text_message};
 
 /// Completion reminders per run (DeerFlow's `_MAX_COMPLETION_REMINDERS`).

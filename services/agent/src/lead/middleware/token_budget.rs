@@ -10,8 +10,8 @@ use antler_proto::common::Role;
 use antler_proto::models::ChatRequest;
 use futures::future::BoxFuture;
 
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware, ModelNext, ModelResult};
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::{ThreadState, finish_with_note, text_message};
 
 #[derive(Debug)]

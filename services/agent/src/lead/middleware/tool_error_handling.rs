@@ -5,8 +5,8 @@
 use antler_proto::common::ToolCall;
 use futures::future::BoxFuture;
 
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{Middleware, ToolNext, ToolResult};
+use crate::lead::run_env::RunEnv;
 use crate::lead::tools::{Args, ToolError, ToolOutput, error_text};
 
 #[derive(Debug)]

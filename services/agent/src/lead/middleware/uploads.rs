@@ -8,8 +8,8 @@ use antler_proto::common::{ContentPart, Role, TextPart, content_part};
 use antler_proto::sandbox::{EntryKind, ListDirRequest};
 use futures::future::BoxFuture;
 
-use crate::lead::env::RunEnv;
 use crate::lead::pipeline::{LoopError, Middleware};
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::ThreadState;
 
 pub const UPLOADS: &str = "/mnt/user-data/uploads";

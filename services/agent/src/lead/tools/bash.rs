@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{Args, Tool, ToolError, ToolOutput, description_param, sandbox_failure};
-use crate::lead::env::RunEnv;
+use crate::lead::run_env::RunEnv;
 
 #[derive(Debug)]
 pub struct Bash;

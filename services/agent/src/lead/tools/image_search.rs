@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::web::providers::SearchProvider;
 use super::web_search::{count, query, unless_stopped};
 use super::{Args, Tool, ToolError, ToolOutput};
-use crate::lead::env::RunEnv;
+use crate::lead::run_env::RunEnv;
 
 #[derive(Debug)]
 pub struct ImageSearch {

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use super::{Args, Tool, ToolError, ToolOutput};
 use crate::AgentContext;
-use crate::lead::env::RunEnv;
+use crate::lead::run_env::RunEnv;
 
 /// Longest tool name model providers accept; longer MCP names are left out (and logged).
 const MAX_NAME_CHARS: usize = 64;

@@ -33,7 +33,7 @@ use antler_proto::common::ToolSpec;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 
-use super::env::RunEnv;
+use super::run_env::RunEnv;
 
 /// Where every file tool's paths live.
 pub const USER_DATA: &str = "/mnt/user-data";

@@ -6,7 +6,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{Args, OUTPUTS, Tool, ToolError, ToolOutput};
-use crate::lead::env::RunEnv;
+use crate::lead::run_env::RunEnv;
 
 #[derive(Debug)]
 pub struct PresentFiles;

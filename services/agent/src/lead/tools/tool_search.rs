@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{Args, Tool, ToolError, ToolOutput};
-use crate::lead::env::RunEnv;
+use crate::lead::run_env::RunEnv;
 
 /// Most tools one search returns (DeerFlow's `MAX_RESULTS`; `select:` queries are not capped).
 const MAX_RESULTS: u32 = 5;

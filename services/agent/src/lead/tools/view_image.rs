@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{Args, Tool, ToolError, ToolOutput, description_param, sandbox_failure};
-use crate::lead::env::RunEnv;
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::text_message;
 
 /// Largest image viewed (the models service reads at most this much from a sandbox).

@@ -20,7 +20,7 @@ use super::web::fetcher::Fetcher;
 use super::web::ssrf::ResolveError;
 use super::web_search::unless_stopped;
 use super::{Args, Tool, ToolError, ToolOutput, sandbox_failure};
-use crate::lead::env::RunEnv;
+use crate::lead::run_env::RunEnv;
 
 /// Where fetched images and PDFs are saved.
 pub const SAVE_DIR: &str = "/mnt/user-data/workspace/web";

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::web::providers::SearchProvider;
 use super::{Args, Tool, ToolError, ToolOutput};
-use crate::lead::env::RunEnv;
+use crate::lead::run_env::RunEnv;
 
 /// Longest query sent (the APIs' own limits are 400 characters and up).
 pub const MAX_QUERY_CHARS: usize = 400;

@@ -4,7 +4,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::{Args, Tool, ToolError, ToolOutput};
-use crate::lead::env::RunEnv;
+use crate::lead::run_env::RunEnv;
 use crate::lead::state::Todo;
 
 #[derive(Debug)]

@@ -39,7 +39,7 @@ use self::config::{AcpAgentConfig, AcpConfig};
 use self::policy::PermissionPolicy;
 use self::session::{Call, Ending, Progress, Report};
 use super::{Args, Tool, ToolError, ToolOutput};
-use crate::lead::env::RunEnv;
+use crate::lead::run_env::RunEnv;
 
 /// The custom event's name.
 pub const EVENT: &str = "acp_agent";
