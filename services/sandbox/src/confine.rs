@@ -77,27 +77,11 @@ impl Confinement {
 
     /// The bwrap options (everything before `--` and the program).
     pub fn args(&self) -> Vec<OsString> {
-        let mut args: Vec<OsString> = [
-            "--unshare-all",
-            "--unshare-user",
-            "--disable-userns",
-            "--die-with-parent",
-            "--new-session",
-            "--cap-drop",
-            "ALL",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-        ]
-        .iter()
-        .map(OsString::from)
-        .collect();
+        let mut args: Vec<OsString> = crate::providers::bwrap::ISOLATION
+            .iter()
+            .chain(&["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"])
+            .map(OsString::from)
+            .collect();
         if self.network {
             args.push("--share-net".into());
         }

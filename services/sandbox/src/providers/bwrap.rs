@@ -186,21 +186,14 @@ impl Provider for BwrapProvider {
     }
 }
 
+/// The isolation every bwrap this crate starts gets (the provider's commands and `confine`'s programs):
+/// new namespaces of every kind, no nested user namespaces, gone with its parent, no terminal to
+/// inject into, no capabilities.
+pub(crate) const ISOLATION: [&str; 7] =
+    ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL"];
+
 fn prefix_args(config: &BwrapConfig) -> Vec<OsString> {
-    let mut args: Vec<OsString> = [
-        "--unshare-all",
-        "--unshare-user",
-        "--disable-userns",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop",
-        "ALL",
-        "--hostname",
-        "sandbox",
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
+    let mut args: Vec<OsString> = ISOLATION.iter().chain(&["--hostname", "sandbox"]).map(OsString::from).collect();
     if config.network {
         args.push("--share-net".into());
     }

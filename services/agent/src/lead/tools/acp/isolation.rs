@@ -38,12 +38,18 @@ fn confined(agent: &AcpAgentConfig, config: &AcpConfig, workspace: &Path) -> Res
     })?;
     let filter = match config.seccomp {
         SeccompMode::Off => None,
-        SeccompMode::Strict => Some(Filter::for_this_host().map_err(seccomp_refusal)?),
+        SeccompMode::Strict => Some(host_filter().map_err(|e| seccomp_refusal(e.clone()))?),
     };
     let confinement = Confinement { writable: workspace.to_path_buf(), hidden: hidden(config), network: config.network };
     confinement
-        .command(&bwrap, filter.as_ref(), agent.command.as_ref(), &agent.args)
+        .command(&bwrap, filter, agent.command.as_ref(), &agent.args)
         .map_err(|e| format!("cannot confine the agent (runs.lead.acp.isolation: bwrap): {e}"))
+}
+
+/// The strict filter, compiled once per process (it depends on the host's architecture only).
+fn host_filter() -> Result<&'static Filter, &'static SeccompError> {
+    static FILTER: std::sync::OnceLock<Result<Filter, SeccompError>> = std::sync::OnceLock::new();
+    FILTER.get_or_init(Filter::for_this_host).as_ref()
 }
 
 /// What a confined agent must not see.
