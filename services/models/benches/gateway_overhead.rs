@@ -15,7 +15,7 @@
 //! (open loop, requests per second, default `200,500,1000,2000`), `BENCH_CAPS` (open loop, most in flight,
 //! default `16,64`), `BENCH_OPEN_SECS` (open loop, seconds per path and round, 2 rounds, default 3),
 //! `BENCH_SOAK` (default 100000), `BENCH_ONLY` (`closed`, `open` or `soak` to run one part),
-//! `BENCH_TELEMETRY=on` (the telemetry a deployment runs, see below).
+//! `BENCH_TELEMETRY` (`on`, `metrics` or `logs`: the telemetry a deployment runs, see below).
 //!
 //! The double and the gateway run on one tokio runtime ("server side"), the load generator on another
 //! (threads named apart), both in this process on the machine's cores. The "direct" figures include the
@@ -26,7 +26,7 @@
 //! runs what `antler serve` installs instead: the kit's Prometheus recorder (every metric recorded, the
 //! catalogues described, upkeep running, `/metrics` served) and its log subscriber at `info` (stderr),
 //! so the cost of per-request metrics and spans is in the figures; the gateway's own time is then not
-//! collected (printed as 0).
+//! collected (printed as 0). `metrics` or `logs` installs only that half, to tell their costs apart.
 
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
@@ -144,14 +144,30 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-async fn gateway(upstream: &str, telemetry: bool, shutdown: CancellationToken) -> anyhow::Result<SocketAddr> {
-    let metrics = if telemetry { "  metrics:\n    listen: 127.0.0.1:0\n" } else { "" };
+/// What `BENCH_TELEMETRY` installs of a deployment's telemetry.
+#[derive(Clone, Copy)]
+struct Telemetry {
+    metrics: bool,
+    logs: bool,
+}
+
+impl Telemetry {
+    fn from_env() -> Self {
+        let value = std::env::var("BENCH_TELEMETRY").unwrap_or_default();
+        Self { metrics: matches!(value.as_str(), "on" | "metrics"), logs: matches!(value.as_str(), "on" | "logs") }
+    }
+}
+
+async fn gateway(upstream: &str, telemetry: Telemetry, shutdown: CancellationToken) -> anyhow::Result<SocketAddr> {
+    let metrics = if telemetry.metrics { "  metrics:\n    listen: 127.0.0.1:0\n" } else { "" };
     let yaml = format!(
         "server:\n  listen: 127.0.0.1:0\n  concurrency_limit: 4096\n{metrics}models:\n  - name: gpt\n    provider: openai\n    model: gpt-4o\n    base_url: {upstream}/v1\n    api_key: sk-bench\n"
     );
     let config = Config::parse(&yaml, "bench.yaml", &|_| None)?;
-    if telemetry {
+    if telemetry.logs {
         antler_kit::telemetry::init(&config.server.log);
+    }
+    if telemetry.metrics {
         let catalogues = [antler_kit::metrics_catalog::KIT, antler_models::metrics_catalog::CATALOGUE];
         antler_kit::prometheus::start(&config.server.metrics, &catalogues, shutdown.clone()).await?;
     }
@@ -443,8 +459,8 @@ fn env_list<T: std::str::FromStr + Clone>(name: &str, default: &[T]) -> Vec<T> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let telemetry = std::env::var("BENCH_TELEMETRY").is_ok_and(|v| v == "on");
-    if !telemetry {
+    let telemetry = Telemetry::from_env();
+    if !telemetry.metrics {
         let recorder = OverheadRecorder::default();
         let samples = recorder.samples.clone();
         metrics::set_global_recorder(recorder).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -497,8 +513,12 @@ async fn bench(upstream: String, addr: SocketAddr) -> anyhow::Result<()> {
         "gateway overhead: streaming chat (5 content chunks + finish + usage chunk), direct to the upstream double vs through ModelService"
     );
     println!("cores: {}", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0));
-    if std::env::var("BENCH_TELEMETRY").is_ok_and(|v| v == "on") {
-        println!("telemetry: the kit's Prometheus recorder and log subscriber (info), as `antler serve` with server.metrics set");
+    let telemetry = Telemetry::from_env();
+    if telemetry.metrics {
+        println!("telemetry: the kit's Prometheus recorder, as `antler serve` with server.metrics set");
+    }
+    if telemetry.logs {
+        println!("telemetry: the kit's log subscriber (info), as `antler serve`");
     }
     let mut goal = Vec::new();
     if part("closed") {
