@@ -14,14 +14,19 @@
 //! Environment: `BENCH_REQUESTS` (closed loop, per path and concurrency, default 4000), `BENCH_RATES`
 //! (open loop, requests per second, default `200,500,1000,2000`), `BENCH_CAPS` (open loop, most in flight,
 //! default `16,64`), `BENCH_OPEN_SECS` (open loop, seconds per path and round, 2 rounds, default 3),
-//! `BENCH_SOAK` (default 100000), `BENCH_ONLY` (`closed`, `open` or `soak` to run one part).
+//! `BENCH_SOAK` (default 100000), `BENCH_ONLY` (`closed`, `open` or `soak` to run one part),
+//! `BENCH_TELEMETRY` (`on`, `metrics` or `logs`: the telemetry a deployment runs, see below).
 //!
 //! The double and the gateway run on one tokio runtime ("server side"), the load generator on another
 //! (threads named apart), both in this process on the machine's cores. The "direct" figures include the
 //! client and double costs that the gateway path also pays; the difference is what the gateway adds. CPU
 //! per request is the server side's (from its threads' /proc counters): the double alone on the direct
 //! path, double + gateway through it, so their difference is the gateway's own CPU per request. Only the gateway's own-time histogram is recorded; every other
-//! metric goes to a no-op.
+//! metric goes to a no-op, and no tracing subscriber is installed. With `BENCH_TELEMETRY=on` the process
+//! runs what `antler serve` installs instead: the kit's Prometheus recorder (every metric recorded, the
+//! catalogues described, upkeep running, `/metrics` served) and its log subscriber at `info` (stderr),
+//! so the cost of per-request metrics and spans is in the figures; the gateway's own time is then not
+//! collected (printed as 0). `metrics` or `logs` installs only that half, to tell their costs apart.
 
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
@@ -139,11 +144,33 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-async fn gateway(upstream: &str, shutdown: CancellationToken) -> anyhow::Result<SocketAddr> {
+/// What `BENCH_TELEMETRY` installs of a deployment's telemetry.
+#[derive(Clone, Copy)]
+struct Telemetry {
+    metrics: bool,
+    logs: bool,
+}
+
+impl Telemetry {
+    fn from_env() -> Self {
+        let value = std::env::var("BENCH_TELEMETRY").unwrap_or_default();
+        Self { metrics: matches!(value.as_str(), "on" | "metrics"), logs: matches!(value.as_str(), "on" | "logs") }
+    }
+}
+
+async fn gateway(upstream: &str, telemetry: Telemetry, shutdown: CancellationToken) -> anyhow::Result<SocketAddr> {
+    let metrics = if telemetry.metrics { "  metrics:\n    listen: 127.0.0.1:0\n" } else { "" };
     let yaml = format!(
-        "server:\n  listen: 127.0.0.1:0\n  concurrency_limit: 4096\nmodels:\n  - name: gpt\n    provider: openai\n    model: gpt-4o\n    base_url: {upstream}/v1\n    api_key: sk-bench\n"
+        "server:\n  listen: 127.0.0.1:0\n  concurrency_limit: 4096\n{metrics}models:\n  - name: gpt\n    provider: openai\n    model: gpt-4o\n    base_url: {upstream}/v1\n    api_key: sk-bench\n"
     );
     let config = Config::parse(&yaml, "bench.yaml", &|_| None)?;
+    if telemetry.logs {
+        antler_kit::telemetry::init(&config.server.log);
+    }
+    if telemetry.metrics {
+        let catalogues = [antler_kit::metrics_catalog::KIT, antler_models::metrics_catalog::CATALOGUE];
+        antler_kit::prometheus::start(&config.server.metrics, &catalogues, shutdown.clone()).await?;
+    }
     let auth = Authenticator::new(&config.server.auth)?;
     let listener = antler_kit::server::bind(&config.server, &auth).await?;
     let addr = listener.local_addr()?;
@@ -432,10 +459,13 @@ fn env_list<T: std::str::FromStr + Clone>(name: &str, default: &[T]) -> Vec<T> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let recorder = OverheadRecorder::default();
-    let samples = recorder.samples.clone();
-    metrics::set_global_recorder(recorder).map_err(|e| anyhow::anyhow!("{e}"))?;
-    OVERHEAD_SAMPLES.set(samples).map_err(|_| anyhow::anyhow!("recorder set twice"))?;
+    let telemetry = Telemetry::from_env();
+    if !telemetry.metrics {
+        let recorder = OverheadRecorder::default();
+        let samples = recorder.samples.clone();
+        metrics::set_global_recorder(recorder).map_err(|e| anyhow::anyhow!("{e}"))?;
+        OVERHEAD_SAMPLES.set(samples).map_err(|_| anyhow::anyhow!("recorder set twice"))?;
+    }
     let server_runtime = tokio::runtime::Builder::new_multi_thread().thread_name(SERVER_THREADS).enable_all().build()?;
     let client_runtime = tokio::runtime::Builder::new_multi_thread().thread_name(CLIENT_THREADS).enable_all().build()?;
     let shutdown = CancellationToken::new();
@@ -445,7 +475,7 @@ fn main() -> anyhow::Result<()> {
         upstream.always(Reply::sse(&fixture()?));
         upstream.forget_requests();
         // The kit's own listener and server stack, as deployed (it sets TCP_NODELAY on accepted connections).
-        let addr = gateway(&upstream.url(), shutdown.clone()).await?;
+        let addr = gateway(&upstream.url(), telemetry, shutdown.clone()).await?;
         anyhow::Ok((upstream, addr))
     })?;
     let result = client_runtime.block_on(bench(upstream.url(), addr));
@@ -483,6 +513,13 @@ async fn bench(upstream: String, addr: SocketAddr) -> anyhow::Result<()> {
         "gateway overhead: streaming chat (5 content chunks + finish + usage chunk), direct to the upstream double vs through ModelService"
     );
     println!("cores: {}", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0));
+    let telemetry = Telemetry::from_env();
+    if telemetry.metrics {
+        println!("telemetry: the kit's Prometheus recorder, as `antler serve` with server.metrics set");
+    }
+    if telemetry.logs {
+        println!("telemetry: the kit's log subscriber (info), as `antler serve`");
+    }
     let mut goal = Vec::new();
     if part("closed") {
         closed(&target, &mut goal).await?;
