@@ -26,7 +26,7 @@
 //! runs what `antler serve` installs instead: the kit's Prometheus recorder (every metric recorded, the
 //! catalogues described, upkeep running, `/metrics` served) and its log subscriber at `info` (stderr),
 //! so the cost of per-request metrics and spans is in the figures; the gateway's own time is then not
-//! collected (printed as 0). `metrics` or `logs` installs only that half, to tell their costs apart.
+//! collected (printed as "not collected"). `metrics` or `logs` installs only that half, to tell their costs apart.
 
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
@@ -89,13 +89,14 @@ impl metrics::Recorder for OverheadRecorder {
 
 static OVERHEAD_SAMPLES: OnceLock<Arc<Mutex<Vec<f64>>>> = OnceLock::new();
 
-/// p50 and p99 of the gateway's own time since the last call (the buffer is emptied).
-fn take_overhead() -> (Duration, Duration) {
-    let Some(samples) = OVERHEAD_SAMPLES.get() else { return Default::default() };
-    let mut values = std::mem::take(&mut *samples.lock().unwrap_or_else(|p| p.into_inner()));
-    values.sort_by(f64::total_cmp);
-    let pick = |p: f64| values.get(((values.len().saturating_sub(1)) as f64 * p).round() as usize).copied().unwrap_or(0.0);
-    (Duration::from_secs_f64(pick(0.5)), Duration::from_secs_f64(pick(0.99)))
+/// The gateway's own time since the last call, "p50 X ms, p99 Y ms" (the buffer is emptied); "not
+/// collected" when `BENCH_TELEMETRY` put the kit's recorder in place of the one that collects it.
+fn take_overhead() -> String {
+    let Some(samples) = OVERHEAD_SAMPLES.get() else { return "not collected".to_owned() };
+    let taken = std::mem::take(&mut *samples.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut values: Vec<Duration> = taken.into_iter().map(Duration::from_secs_f64).collect();
+    values.sort_unstable();
+    format!("p50 {} ms, p99 {} ms", ms(percentile(&values, 0.5)), ms(percentile(&values, 0.99)))
 }
 
 #[derive(Clone, Copy)]
@@ -152,9 +153,12 @@ struct Telemetry {
 }
 
 impl Telemetry {
-    fn from_env() -> Self {
+    fn from_env() -> anyhow::Result<Self> {
         let value = std::env::var("BENCH_TELEMETRY").unwrap_or_default();
-        Self { metrics: matches!(value.as_str(), "on" | "metrics"), logs: matches!(value.as_str(), "on" | "logs") }
+        if !matches!(value.as_str(), "" | "on" | "metrics" | "logs") {
+            anyhow::bail!("BENCH_TELEMETRY={value:?}: expected on, metrics or logs (or unset for neither)");
+        }
+        Ok(Self { metrics: matches!(value.as_str(), "on" | "metrics"), logs: matches!(value.as_str(), "on" | "logs") })
     }
 }
 
@@ -459,7 +463,7 @@ fn env_list<T: std::str::FromStr + Clone>(name: &str, default: &[T]) -> Vec<T> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let telemetry = Telemetry::from_env();
+    let telemetry = Telemetry::from_env()?;
     if !telemetry.metrics {
         let recorder = OverheadRecorder::default();
         let samples = recorder.samples.clone();
@@ -478,7 +482,7 @@ fn main() -> anyhow::Result<()> {
         let addr = gateway(&upstream.url(), telemetry, shutdown.clone()).await?;
         anyhow::Ok((upstream, addr))
     })?;
-    let result = client_runtime.block_on(bench(upstream.url(), addr));
+    let result = client_runtime.block_on(bench(upstream.url(), addr, telemetry));
     shutdown.cancel();
     server_runtime.block_on(async move { drop(upstream) });
     result
@@ -491,7 +495,7 @@ struct Target {
     url: String,
 }
 
-async fn bench(upstream: String, addr: SocketAddr) -> anyhow::Result<()> {
+async fn bench(upstream: String, addr: SocketAddr, telemetry: Telemetry) -> anyhow::Result<()> {
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let part = |name: &str| only.is_empty() || only == name;
     let mut channels = Vec::new();
@@ -513,7 +517,6 @@ async fn bench(upstream: String, addr: SocketAddr) -> anyhow::Result<()> {
         "gateway overhead: streaming chat (5 content chunks + finish + usage chunk), direct to the upstream double vs through ModelService"
     );
     println!("cores: {}", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0));
-    let telemetry = Telemetry::from_env();
     if telemetry.metrics {
         println!("telemetry: the kit's Prometheus recorder, as `antler serve` with server.metrics set");
     }
@@ -578,12 +581,10 @@ async fn closed(target: &Target, goal: &mut Vec<String>) -> anyhow::Result<()> {
         }
     }
     println!("(milliseconds; + columns = through the gateway minus direct)");
-    for (concurrency, direct_cpu, gateway_cpu, (own50, own99)) in &cpu_rows {
+    for (concurrency, direct_cpu, gateway_cpu, own) in &cpu_rows {
         println!(
-            "c={concurrency:>2}: server-side CPU per request: the double alone (direct) {direct_cpu:.0} µs, double + gateway {gateway_cpu:.0} µs (gateway {:+.0} µs); gateway's own time (antler_model_gateway_overhead_seconds) p50 {} ms, p99 {} ms",
+            "c={concurrency:>2}: server-side CPU per request: the double alone (direct) {direct_cpu:.0} µs, double + gateway {gateway_cpu:.0} µs (gateway {:+.0} µs); gateway's own time (antler_model_gateway_overhead_seconds) {own}",
             gateway_cpu - direct_cpu,
-            ms(*own50),
-            ms(*own99),
         );
     }
     println!();
@@ -627,17 +628,15 @@ async fn open(target: &Target, goal: &mut Vec<String>) -> anyhow::Result<()> {
                 run.delays.sort_unstable();
                 percentile(&run.delays, 0.99)
             };
-            let (own50, own99) = take_overhead();
+            let own = take_overhead();
             details.push(format!(
-                "{load:>9}: server-side CPU per request direct {:.0} µs, through the gateway {:.0} µs; start delay p99 direct {} ms, gateway {} ms; slot waits direct {}, gateway {}; gateway's own time p50 {} ms, p99 {} ms",
+                "{load:>9}: server-side CPU per request direct {:.0} µs, through the gateway {:.0} µs; start delay p99 direct {} ms, gateway {} ms; slot waits direct {}, gateway {}; gateway's own time {own}",
                 df.cpu_us,
                 gf.cpu_us,
                 ms(delay99(&mut d)),
                 ms(delay99(&mut g)),
                 d.slot_waits,
                 g.slot_waits,
-                ms(own50),
-                ms(own99),
             ));
         }
     }
@@ -671,7 +670,6 @@ async fn soak(target: &Target) -> anyhow::Result<()> {
     );
     let trail: Vec<String> = checkpoints.iter().map(|(n, kib)| format!("{n}: {kib} KiB")).collect();
     println!("        RSS along the way: {}", trail.join(", "));
-    let own: Vec<String> = soak_overhead.iter().map(|(p50, p99)| format!("{}/{}", ms(*p50), ms(*p99))).collect();
-    println!("        gateway's own time p50/p99 per quarter (ms): {}", own.join(", "));
+    println!("        gateway's own time per quarter: {}", soak_overhead.join("; "));
     Ok(())
 }
