@@ -6,6 +6,7 @@
 //! async mutex first (writes queue in memory, readers are not blocked thanks to WAL), and
 //! [`Store::retry_busy`] retries the rare cross-process `database is locked`.
 
+pub mod direct;
 pub mod entity;
 pub mod migration;
 pub mod slot;
@@ -16,6 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use direct::Direct;
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, TransactionTrait};
 pub use slot::Priority;
 use slot::{SlotGuard, WriteSlot};
@@ -120,6 +122,9 @@ pub struct Store {
     write_slot: Option<Arc<WriteSlot>>,
     /// SQLite: the thread [`Store::write`] runs its transactions on (see [`writer`]).
     writer_thread: Option<Arc<WriterThread>>,
+    /// SQLite in a file: the writer thread's own connection, on which those transactions execute
+    /// their statements synchronously (see [`direct`]).
+    direct: Option<Direct>,
     /// SQLite: the connection of the WAL checkpointer (and of the last checkpoint at shutdown).
     checkpoints: Option<DatabaseConnection>,
     /// Stops the background task (SQLite: the WAL checkpointer; PostgreSQL: the statistics refresh)
@@ -336,9 +341,15 @@ impl Store {
         } else {
             None
         };
-        let store = Self { db, control, writer, write_slot, writer_thread, checkpoints, _checkpointer: checkpointer.or(statistics) };
+        let mut store =
+            Self { db, control, writer, write_slot, writer_thread, direct: None, checkpoints, _checkpointer: checkpointer.or(statistics) };
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
         antler_kit::store::migrate::<migration::Migrator>(&store.db, "migration").await?;
+        // After the migration: the connection finds the file and its tables in place. (An in-memory
+        // database has no file a second connection could open; its writes stay on the pool.)
+        if let Some(file) = sqlite_file(&url).filter(|_| sqlite) {
+            store.direct = Some(Direct::open(&file, busy, wal_limit)?);
+        }
         tracing::info!(backend = ?store.backend(), "runs database ready");
         Ok(store)
     }
@@ -430,6 +441,19 @@ impl Store {
         E: From<StoreError> + Busy + std::fmt::Display,
         F: for<'t> Fn(&'t DatabaseTransaction) -> futures::future::BoxFuture<'t, Result<T, E>>,
     {
+        if let (Some(direct), Some(slot)) = (&self.direct, &self.write_slot) {
+            return self
+                .retry_busy(|| async {
+                    let _slot = slot.acquire(priority).await;
+                    let open = OpenDirect::begin(direct)?;
+                    let tx = direct.db().begin().await.map_err(StoreError::from)?;
+                    let value = op(&tx).await?;
+                    tx.commit().await.map_err(StoreError::from)?;
+                    open.commit()?;
+                    Ok(value)
+                })
+                .await;
+        }
         self.retry_busy(|| async {
             let tx = self.tx_for(priority).await?;
             let value = op(&tx.txn).await?;
@@ -448,5 +472,33 @@ impl Store {
         Fut: Future<Output = Result<T, E>>,
     {
         antler_kit::store::retry_busy(op).await
+    }
+}
+
+/// A transaction open on the writer's [`Direct`] connection: rolled back unless committed, also when
+/// the write is dropped half-way (its caller went away, the writer thread stopped), so SQLite's write
+/// lock is never left held for the pool's writer to run into.
+struct OpenDirect<'d> {
+    direct: &'d Direct,
+    done: bool,
+}
+
+impl<'d> OpenDirect<'d> {
+    fn begin(direct: &'d Direct) -> Result<Self, StoreError> {
+        direct.begin()?;
+        Ok(Self { direct, done: false })
+    }
+
+    fn commit(mut self) -> Result<(), StoreError> {
+        self.done = true;
+        Ok(self.direct.commit()?)
+    }
+}
+
+impl Drop for OpenDirect<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.direct.rollback();
+        }
     }
 }
