@@ -465,6 +465,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let config = crate::config::DatabaseConfig::default();
         let store = crate::store::Store::open(&config, dir.path()).await.expect("store");
+        assert!(store.direct.is_some(), "a store on a database file writes its hot transactions through its own connection");
         let direct = Direct::open(&dir.path().join("runs.db"), Duration::from_secs(1), 1 << 20).expect("direct");
         (dir, store, direct)
     }

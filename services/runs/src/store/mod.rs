@@ -4,7 +4,9 @@
 //! SQLite allows one writer at a time; a deferred transaction that reads and then writes can fail
 //! with SQLITE_BUSY instead of waiting. So on SQLite every write transaction in this process takes one
 //! async mutex first (writes queue in memory, readers are not blocked thanks to WAL), and
-//! [`Store::retry_busy`] retries the rare cross-process `database is locked`.
+//! [`Store::retry_busy`] retries the rare cross-process `database is locked`. The hot write
+//! transactions ([`Store::write`]) run on a thread of their own with a connection of their own
+//! ([`writer`], [`direct`]).
 
 pub mod direct;
 pub mod entity;
@@ -414,11 +416,13 @@ impl Store {
     /// Runs `op` in a write transaction with `priority` and commits it when `op` returns Ok (an Err
     /// rolls it back), again when SQLite reports a lock held by another process (as
     /// [`Store::retry_busy`]). On SQLite the transaction runs on the writer thread ([`writer`]), so
-    /// the write slot is held for the statements and not for the main runtime's scheduling; `op`
-    /// owns what it needs (it is called on another thread). On PostgreSQL it runs here.
+    /// the write slot is held for the statements and not for the main runtime's scheduling, and on a
+    /// database file its statements execute there synchronously ([`direct`]); `op` owns what it needs
+    /// (it is called on another thread) and reads rows as models or named columns (`direct` cannot
+    /// serve `into_tuple`). On PostgreSQL it runs here.
     ///
-    /// The hot writes of the run lifecycle use this; the others keep [`Store::tx`] (same slot, same
-    /// connection).
+    /// The hot writes of the run lifecycle use this; the others keep [`Store::tx`] (same slot, the
+    /// pool's writer connection).
     pub async fn write<T, E, F>(&self, priority: Priority, op: F) -> Result<T, E>
     where
         T: Send + 'static,

@@ -9,8 +9,10 @@
 //! writer of the file, not the CPUs, set the rate of runs. Here the transaction runs on a thread that
 //! does nothing else: each statement's answer finds it idle and it goes straight on with the next.
 //!
-//! Only the task is moved, not the connection: the writer connection and the write slot are the same
-//! ones the other write transactions (`Store::tx`) use, so the two kinds exclude each other as before.
+//! On a database file the transaction's statements also execute on this thread, synchronously, on a
+//! connection of its own (see `direct`): no hand-off per statement at all. The write slot is the same
+//! one the other write transactions (`Store::tx`, on the pool's writer connection) take, so the two
+//! kinds exclude each other as before.
 
 use std::future::Future;
 use std::thread::JoinHandle;
