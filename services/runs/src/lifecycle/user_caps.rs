@@ -53,18 +53,25 @@ impl UserRuns {
         {
             return Ok(counts);
         }
-        let rows: Vec<(Status, i64)> = runs::Entity::find()
+        // Read by column name, not position: inside an admission batch this runs on the store's
+        // writer connection, which serves rows by name only (see `store::direct`).
+        #[derive(sea_orm::FromQueryResult)]
+        struct ByStatus {
+            status: Status,
+            n: i64,
+        }
+        let rows: Vec<ByStatus> = runs::Entity::find()
             .select_only()
             .column(runs::Column::Status)
             .column_as(runs::Column::RunId.count(), "n")
             .filter(runs::Column::UserId.eq(user_id))
             .filter(runs::Column::Status.is_in(Status::ACTIVE))
             .group_by(runs::Column::Status)
-            .into_tuple()
+            .into_model()
             .all(db)
             .await?;
         let mut counts = Counts::default();
-        for (status, n) in rows {
+        for ByStatus { status, n } in rows {
             let n = u64::try_from(n).unwrap_or(0);
             counts.active += n;
             if status == Status::Pending {

@@ -18,7 +18,8 @@
 //!   [`Direct::commit`]), and sea-orm's own transaction on this connection only counts depth;
 //! - its rows are looked up by name with exact value types: each result column is converted to the
 //!   type its entity declares ([`ColumnKinds`]). Rows cannot be read by position (they are keyed by
-//!   name), so the hot transactions read models and named columns only, never `into_tuple`.
+//!   name), so the hot transactions read models and named columns only, never `into_tuple`; a
+//!   positional read fails loudly instead of reading some other column ([`POSITIONAL`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -33,6 +34,12 @@ use sea_orm::{
 };
 
 use super::entity;
+
+/// A key that sorts before every column name, holding a value no column type accepts. sea-orm reads
+/// a row of this interface by position in key order: `into_tuple` here would read columns in
+/// alphabetical order, a silent mix-up when two columns share a type. With this first, the first
+/// positional read fails with a type error.
+const POSITIONAL: &str = "\u{1}by name only";
 
 /// Prepared statements kept per connection (the hot transactions use a few dozen distinct texts).
 const STATEMENT_CACHE: usize = 128;
@@ -145,7 +152,11 @@ impl Direct {
         .map_err(db_err)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let inner = Arc::new(Mutex::new(Inner { conn, kinds: ColumnKinds::of_runs_database(), depth: 0, failed: None }));
-        let db = DatabaseConnectionType::MockDatabaseConnection(Arc::new(MockDatabaseConnection::new(Adapter(inner.clone())))).into();
+        let db = DatabaseConnectionType::MockDatabaseConnection(Arc::new(MockDatabaseConnection::new(Adapter {
+            inner: inner.clone(),
+            statements: metrics::counter!("antler_runs_db_statements_total"),
+        })))
+        .into();
         Ok(Self { inner, db })
     }
 
@@ -203,7 +214,11 @@ impl Direct {
 }
 
 /// sea-orm's view of [`Direct`].
-struct Adapter(Arc<Mutex<Inner>>);
+struct Adapter {
+    inner: Arc<Mutex<Inner>>,
+    /// `antler_runs_db_statements_total`, as the pool's statements count in it (see `count_statements`).
+    statements: metrics::Counter,
+}
 
 impl std::fmt::Debug for Adapter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -213,7 +228,12 @@ impl std::fmt::Debug for Adapter {
 
 impl Adapter {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn count(&self, statement: &Statement, started: std::time::Instant, failed: bool) {
+        self.statements.increment(1);
+        tracing::trace!(target: "antler_runs::sql", micros = started.elapsed().as_micros() as u64, failed, sql = %statement.sql);
     }
 }
 
@@ -263,6 +283,7 @@ impl Inner {
         let mut out = Vec::new();
         while let Some(row) = rows.next().map_err(db_err)? {
             let mut values = std::collections::BTreeMap::new();
+            values.insert(POSITIONAL.to_owned(), Value::Char(None));
             for (i, (name, kind)) in names.iter().enumerate() {
                 let value = row.get_ref(i).map_err(db_err)?;
                 values.insert(name.clone(), from_sql(value, *kind, name)?);
@@ -273,23 +294,18 @@ impl Inner {
     }
 }
 
-fn count(statement: &Statement, started: std::time::Instant, failed: bool) {
-    metrics::counter!("antler_runs_db_statements_total").increment(1);
-    tracing::trace!(target: "antler_runs::sql", micros = started.elapsed().as_micros() as u64, failed, sql = %statement.sql);
-}
-
 impl MockDatabaseTrait for Adapter {
     fn execute(&mut self, _counter: usize, statement: Statement) -> Result<ExecResult, DbErr> {
         let started = std::time::Instant::now();
         let result = self.lock().execute(&statement);
-        count(&statement, started, result.is_err());
+        self.count(&statement, started, result.is_err());
         exec_result(result?, statement)
     }
 
     fn query(&mut self, _counter: usize, statement: Statement) -> Result<Vec<QueryResult>, DbErr> {
         let started = std::time::Instant::now();
         let rows = self.lock().query(&statement);
-        count(&statement, started, rows.is_err());
+        self.count(&statement, started, rows.is_err());
         query_result(rows?, statement)
     }
 
@@ -399,7 +415,7 @@ mod tests {
     use crate::status::Status;
     use crate::store::Busy;
     use crate::store::entity::runs;
-    use sea_orm::{ActiveValue, QueryFilter, TransactionTrait};
+    use sea_orm::{ActiveValue, QueryFilter, QuerySelect, TransactionTrait};
 
     #[test]
     fn a_column_name_has_one_kind_in_every_table() {
@@ -493,6 +509,25 @@ mod tests {
         // The pool (sqlx) sees what the writer committed, value for value.
         let pooled = runs::Entity::find_by_id("r1".to_owned()).one(store.db()).await.expect("read").expect("row");
         assert_eq!(pooled, started[0]);
+    }
+
+    #[tokio::test]
+    async fn a_positional_read_fails_instead_of_reading_another_column() {
+        let (_dir, _store, direct) = open().await;
+        direct.begin().expect("begin");
+        let tx = direct.db().begin().await.expect("sea-orm transaction");
+        runs::Entity::insert(runs::ActiveModel::from(run("r5"))).exec_without_returning(&tx).await.expect("insert");
+        // Two text columns: by position in key order this would swap them without a word.
+        let tuple: Result<Option<(String, String)>, _> = runs::Entity::find_by_id("r5".to_owned())
+            .select_only()
+            .column(runs::Column::UserId)
+            .column(runs::Column::ThreadId)
+            .into_tuple()
+            .one(&tx)
+            .await;
+        assert!(tuple.is_err(), "a positional read must fail, got {tuple:?}");
+        drop(tx);
+        direct.rollback();
     }
 
     #[tokio::test]

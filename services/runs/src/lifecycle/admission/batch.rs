@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use antler_proto::runs::{CreateRunRequest, MultitaskStrategy};
-use sea_orm::{DbBackend, EntityTrait, Statement};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait, Statement};
 use tokio::sync::{mpsc, oneshot};
 
 use super::one;
@@ -114,8 +114,82 @@ enum Plan {
     SameKeyAs(usize),
 }
 
-async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, RunsError> {
-    let tx = engine.store().tx_for(Priority::Admission).await?;
+/// One request of a batch as the writing transaction needs it: owned, since it runs on the store's
+/// writer thread (see `Store::write`). The run id is chosen before, so that a transaction retried
+/// after a busy database writes the same runs, and a failed one can forget their secrets.
+struct Request {
+    user_id: String,
+    req: CreateRunRequest,
+    fingerprint: String,
+    run_id: String,
+}
+
+async fn admit_batch(engine: &Arc<Engine>, batch: &[Job]) -> Result<Vec<Outcome>, RunsError> {
+    let requests: Arc<Vec<Request>> = Arc::new(
+        batch
+            .iter()
+            .map(|job| Request {
+                user_id: job.user_id.clone(),
+                req: job.req.clone(),
+                fingerprint: job.fingerprint.clone(),
+                run_id: uuid::Uuid::now_v7().to_string(),
+            })
+            .collect(),
+    );
+    let written = {
+        let (op_engine, op_requests) = (engine.clone(), requests.clone());
+        engine
+            .store()
+            .write(Priority::Admission, move |tx| {
+                let (engine, requests) = (op_engine.clone(), op_requests.clone());
+                Box::pin(async move { plan_and_insert(&engine, tx, &requests).await })
+            })
+            .await
+    };
+    let plans = match written {
+        Ok(plans) => plans,
+        Err(error) => {
+            for request in requests.iter() {
+                engine.secrets().forget(&request.run_id);
+            }
+            return Err(error);
+        }
+    };
+    let created = plans.iter().filter(|p| matches!(p, Plan::Create(_))).count();
+    engine.backlog().admitted(created as u64);
+    for (request, plan) in requests.iter().zip(&plans) {
+        if matches!(plan, Plan::Create(_)) {
+            engine.user_runs().admitted(&request.user_id, 1);
+        }
+    }
+
+    // Answer in request order; a repeated key gets the run its first request created.
+    let mut runs_by_index: HashMap<usize, runs::Model> = HashMap::new();
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for (i, plan) in plans.into_iter().enumerate() {
+        let outcome = match plan {
+            Plan::Done(outcome) => *outcome,
+            Plan::Create(planned) => {
+                let NewRun { run, first, .. } = *planned;
+                metrics::counter!("antler_runs_admitted_total", "strategy" => strategy_label(&run)).increment(1);
+                runs_by_index.insert(i, run.clone());
+                Ok((Admitted { run, reused: false }, Effects { events: vec![first], superseded: Vec::new() }))
+            }
+            Plan::SameKeyAs(first) => match runs_by_index.get(&first) {
+                Some(run) => one::reuse(run.clone(), &batch[i].fingerprint).map(|a| (a, Effects::default())),
+                None => Err(RunsError::Unavailable("the run of an earlier request with the same key was not admitted".to_owned())),
+            },
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// The batch's transaction: what each request becomes (reads: keys already used, the backlog, the
+/// users' caps), then every new thread, run, input and first event in a handful of multi-row
+/// statements, and the new runs' secrets kept before the commit (once committed, the dispatcher may
+/// start them at any moment).
+async fn plan_and_insert(engine: &Engine, tx: &DatabaseTransaction, batch: &[Request]) -> Result<Vec<Plan>, RunsError> {
     let now = now_ms();
 
     // Runs that already hold this batch's idempotency keys: one query.
@@ -123,19 +197,19 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
         batch.iter().filter(|j| !j.req.idempotency_key.is_empty()).map(|j| (j.user_id.as_str(), j.req.idempotency_key.as_str())).collect();
     let mut existing: HashMap<(String, String), runs::Model> = HashMap::new();
     if !keyed.is_empty() {
-        for run in runs::Entity::find().from_raw_sql(keys_query(engine.store().backend(), &keyed)).all(&*tx).await? {
+        for run in runs::Entity::find().from_raw_sql(keys_query(tx.get_database_backend(), &keyed)).all(tx).await? {
             if let Some(key) = run.idempotency_key.clone() {
                 existing.insert((run.user_id.clone(), key), run);
             }
         }
     }
     let limit = engine.config().max_pending_runs;
-    let mut pending = if limit > 0 { engine.backlog().pending(&*tx).await? } else { 0 };
+    let mut pending = if limit > 0 { engine.backlog().pending(tx).await? } else { 0 };
     // Per-user caps: each user's counts read once for the batch, then followed through it.
     let mut per_user: HashMap<&str, user_caps::Counts> = HashMap::new();
     for job in batch {
         if !per_user.contains_key(job.user_id.as_str()) {
-            per_user.insert(&job.user_id, engine.user_runs().counts(engine.config(), &*tx, &job.user_id).await?);
+            per_user.insert(&job.user_id, engine.user_runs().counts(engine.config(), tx, &job.user_id).await?);
         }
     }
 
@@ -166,13 +240,13 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
         counts.active += 1;
         counts.pending += 1;
         pending += 1;
-        let run_id = uuid::Uuid::now_v7().to_string();
-        let thread = new_thread_row(&job.user_id, &run_id, now);
+        let thread = new_thread_row(&job.user_id, &job.run_id, now);
         let strategy = match MultitaskStrategy::try_from(job.req.multitask_strategy) {
             Ok(MultitaskStrategy::Unspecified) | Err(_) => MultitaskStrategy::Reject,
             Ok(s) => s,
         };
-        let planned = new_run(engine, &job.user_id, &job.req, &job.fingerprint, run_id, &thread.thread_id, None, false, strategy, now);
+        let planned =
+            new_run(engine, &job.user_id, &job.req, &job.fingerprint, job.run_id.clone(), &thread.thread_id, None, false, strategy, now);
         thread_rows.push(threads::ActiveModel::from(thread));
         run_rows.push(runs::ActiveModel::from(planned.run.clone()));
         if let Some(input) = &planned.input {
@@ -186,52 +260,17 @@ async fn admit_batch(engine: &Engine, batch: &[Job]) -> Result<Vec<Outcome>, Run
     }
 
     if !run_rows.is_empty() {
-        insert_chunked(&*tx, thread_rows).await?;
-        insert_chunked(&*tx, run_rows).await?;
-        insert_chunked(&*tx, input_rows).await?;
-        insert_rows(&*tx, &events, now).await?;
+        insert_chunked(tx, thread_rows).await?;
+        insert_chunked(tx, run_rows).await?;
+        insert_chunked(tx, input_rows).await?;
+        insert_rows(tx, &events, now).await?;
     }
-    // Before the commit: once committed, the dispatcher may start the runs at any moment.
-    let created: Vec<String> =
-        plans.iter().filter_map(|p| if let Plan::Create(n) = p { Some(n.run.run_id.clone()) } else { None }).collect();
     for (job, plan) in batch.iter().zip(&plans) {
         if let Plan::Create(planned) = plan {
             engine.secrets().keep(&planned.run.run_id, job.req.secrets.clone().into_iter().collect());
         }
     }
-    if let Err(error) = tx.commit().await {
-        for run_id in &created {
-            engine.secrets().forget(run_id);
-        }
-        return Err(error.into());
-    }
-    engine.backlog().admitted(created.len() as u64);
-    for (job, plan) in batch.iter().zip(&plans) {
-        if matches!(plan, Plan::Create(_)) {
-            engine.user_runs().admitted(&job.user_id, 1);
-        }
-    }
-
-    // Answer in request order; a repeated key gets the run its first request created.
-    let mut runs_by_index: HashMap<usize, runs::Model> = HashMap::new();
-    let mut outcomes = Vec::with_capacity(batch.len());
-    for (i, plan) in plans.into_iter().enumerate() {
-        let outcome = match plan {
-            Plan::Done(outcome) => *outcome,
-            Plan::Create(planned) => {
-                let NewRun { run, first, .. } = *planned;
-                metrics::counter!("antler_runs_admitted_total", "strategy" => strategy_label(&run)).increment(1);
-                runs_by_index.insert(i, run.clone());
-                Ok((Admitted { run, reused: false }, Effects { events: vec![first], superseded: Vec::new() }))
-            }
-            Plan::SameKeyAs(first) => match runs_by_index.get(&first) {
-                Some(run) => one::reuse(run.clone(), &batch[i].fingerprint).map(|a| (a, Effects::default())),
-                None => Err(RunsError::Unavailable("the run of an earlier request with the same key was not admitted".to_owned())),
-            },
-        };
-        outcomes.push(outcome);
-    }
-    Ok(outcomes)
+    Ok(plans)
 }
 
 /// The runs holding any of `keys` (user, idempotency key), as one statement whatever their number:
