@@ -23,7 +23,10 @@ pub enum StoreError {
 impl StoreError {
     /// A unique index said no (an idempotency key, a one-of rule).
     pub fn is_unique_violation(&self) -> bool {
-        matches!(self, StoreError::Db(e) if matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))))
+        let StoreError::Db(e) = self else { return false };
+        // sea-orm classifies the errors of its sqlx drivers; an error of a connection it does not
+        // drive (the runs writer's own SQLite connection) is known by SQLite's message.
+        matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) || e.to_string().contains("UNIQUE constraint failed")
     }
 
     /// Worth retrying: the database could not be reached or was busy, or gave up a transaction that
@@ -130,6 +133,13 @@ pub async fn migrate<M: MigratorTrait>(db: &DatabaseConnection, what: &str) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_unique_violation_is_known_also_by_sqlites_message() {
+        let direct = DbErr::Exec(sea_orm::RuntimeErr::Internal("SQLite (runs writer): UNIQUE constraint failed: runs.run_id".to_owned()));
+        assert!(StoreError::Db(direct).is_unique_violation());
+        assert!(!StoreError::Db(DbErr::Custom("FOREIGN KEY constraint failed".to_owned())).is_unique_violation());
+    }
 
     #[test]
     fn only_errors_a_retry_can_fix_are_transient() {

@@ -545,7 +545,10 @@ mod tests {
         let tx = direct.db().begin().await.expect("sea-orm transaction");
         runs::Entity::insert(runs::ActiveModel::from(run("r3"))).exec_without_returning(&tx).await.expect("insert");
         let again = runs::Entity::insert(runs::ActiveModel::from(run("r3"))).exec_without_returning(&tx).await;
-        assert!(again.is_err_and(|e| e.to_string().contains("UNIQUE")), "a duplicate key is an error");
+        assert!(
+            again.is_err_and(|e| crate::store::StoreError::Db(e).is_unique_violation()),
+            "a duplicate key is an error the store knows as a unique violation"
+        );
         drop(tx);
         // A transaction left open (the caller went away) is rolled back by the next begin.
         direct.begin().expect("begin after one left open");
