@@ -16,7 +16,7 @@ use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{EventKind, Heartbeat, RunEvent, RunStatus};
 use prost::Message;
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait};
 use tokio::sync::mpsc;
 
 use crate::error::RunsError;
@@ -265,7 +265,7 @@ pub async fn read_page(
     if let Some(task_id) = task_id {
         query = query.filter(run_events::Column::TaskId.eq(task_id));
     }
-    let rows = query.all(store.db()).await?;
+    let rows = crate::store::rows(store.db(), query).await?;
     rows.into_iter()
         .map(|row| {
             let mut event = RunEvent::decode(row.payload.as_slice()).map_err(|e| RunsError::Store(e.into()))?;
@@ -425,14 +425,13 @@ impl Cursor {
     /// and its last event is at or before the cursor (a client that joined at or past the END, whose
     /// END was delivered already, or whose run is gone).
     async fn past_the_end(&mut self, store: &Store, sub: &Subscription) -> Result<Option<RunStatus>, Stop> {
-        let row = runs::Entity::find_by_id(sub.run_id.clone())
-            .select_only()
-            .column(runs::Column::Status)
-            .column(runs::Column::LastSeq)
-            .into_tuple::<(Status, i64)>()
-            .one(store.db())
-            .await
-            .map_err(|e| Stop::Failed(RunsError::from(e).into()))?;
+        let select =
+            runs::Entity::find_by_id(sub.run_id.clone()).select_only().column(runs::Column::Status).column(runs::Column::LastSeq).limit(1);
+        let read = async {
+            let row = store.db().query_one_raw(crate::store::inline_limits(select.build(store.backend()))).await?;
+            row.map(|row| Ok::<_, sea_orm::DbErr>((row.try_get::<Status>("", "status")?, row.try_get::<i64>("", "last_seq")?))).transpose()
+        };
+        let row = read.await.map_err(|e| Stop::Failed(RunsError::from(e).into()))?;
         let Some((status, last_seq)) = row else { return Ok(None) };
         if status.is_terminal() && u64::try_from(last_seq).unwrap_or(0) <= self.last {
             return Ok(None);

@@ -323,8 +323,7 @@ impl StepWrite {
         if let Some(c) = &batch.checkpoint {
             let parent = match known_head {
                 Some(head) => Some(head),
-                None => threads::Entity::find_by_id((spec.user_id.clone(), spec.thread_id.clone()))
-                    .one(db)
+                None => crate::store::first(db, threads::Entity::find_by_id((spec.user_id.clone(), spec.thread_id.clone())))
                     .await?
                     .and_then(|t| t.head_checkpoint_id),
             };

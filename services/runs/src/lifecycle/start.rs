@@ -144,7 +144,10 @@ pub async fn startable(engine: &Engine, limit: u64) -> Result<Vec<String>, RunsE
 
 /// Up to `limit` startable PENDING runs that match `which`, oldest first.
 async fn pending(engine: &Engine, which: Condition, limit: u64) -> Result<Vec<String>, RunsError> {
-    Ok(pending_select(which, limit).into_tuple::<String>().all(engine.store().db()).await?)
+    let db = engine.store().db();
+    let stmt = crate::store::inline_limits(pending_select(which, limit).build(db.get_database_backend()));
+    let rows = sea_orm::ConnectionTrait::query_all_raw(db, stmt).await?;
+    Ok(rows.iter().map(|row| row.try_get::<String>("", "run_id")).collect::<Result<_, _>>()?)
 }
 
 /// The ids of up to `limit` startable PENDING runs that match `which`, oldest first.

@@ -296,6 +296,7 @@ impl Inner {
 
 impl MockDatabaseTrait for Adapter {
     fn execute(&mut self, _counter: usize, statement: Statement) -> Result<ExecResult, DbErr> {
+        let statement = super::inline_limits(statement);
         let started = std::time::Instant::now();
         let result = self.lock().execute(&statement);
         self.count(&statement, started, result.is_err());
@@ -303,6 +304,7 @@ impl MockDatabaseTrait for Adapter {
     }
 
     fn query(&mut self, _counter: usize, statement: Statement) -> Result<Vec<QueryResult>, DbErr> {
+        let statement = super::inline_limits(statement);
         let started = std::time::Instant::now();
         let rows = self.lock().query(&statement);
         self.count(&statement, started, rows.is_err());

@@ -92,6 +92,79 @@ pub fn statement(backend: DbBackend, sql: &str, values: Vec<sea_orm::Value>) -> 
     sea_orm::Statement::from_sql_and_values(backend, sql, values)
 }
 
+/// `stmt` with every `LIMIT ?` and `OFFSET ?` (SQLite) written as the number it binds.
+///
+/// SQLite marks a statement whose LIMIT or OFFSET is a bound parameter as one whose plan depends on
+/// that value, and binding it again expires the statement: every execution of such a cached statement
+/// parses and plans it anew (`sqlite3Reprepare`, 6 % of the server's CPU in #32's profile, for the
+/// `.one()` and paged reads of every run). sea-query always binds them, so the hot reads and the
+/// writer's connection ([`direct`]) pass their statements through here: the few distinct limits
+/// each get a cached statement of their own. Only integers are inlined; anything else is left bound.
+pub fn inline_limits(stmt: sea_orm::Statement) -> sea_orm::Statement {
+    if stmt.db_backend != DbBackend::Sqlite || !(stmt.sql.contains("LIMIT ?") || stmt.sql.contains("OFFSET ?")) {
+        return stmt;
+    }
+    let Some(values) = stmt.values.as_ref() else { return stmt };
+    let mut sql = String::with_capacity(stmt.sql.len() + 8);
+    let mut kept = Vec::with_capacity(values.0.len());
+    let (mut index, mut quoted) = (0, None::<char>);
+    for c in stmt.sql.chars() {
+        match (quoted, c) {
+            (Some(q), c) if c == q => quoted = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"' | '`') => quoted = Some(c),
+            (None, '?') => {
+                let value = values.0.get(index).cloned();
+                index += 1;
+                let after_keyword = sql.ends_with("LIMIT ") || sql.ends_with("OFFSET ");
+                if let (true, Some(n)) = (after_keyword, value.as_ref().and_then(integer)) {
+                    sql.push_str(&n.to_string());
+                } else {
+                    sql.push('?');
+                    kept.extend(value);
+                }
+                continue;
+            }
+            _ => {}
+        }
+        sql.push(c);
+    }
+    if index != values.0.len() {
+        // Placeholders and values disagree (a `?` inside something this scan does not know): as it was.
+        return stmt;
+    }
+    sea_orm::Statement::from_sql_and_values(DbBackend::Sqlite, sql, kept)
+}
+
+/// The first row of `select`, its LIMIT inlined ([`inline_limits`]): for the reads every run makes.
+pub async fn first<E: sea_orm::EntityTrait>(db: &impl ConnectionTrait, select: sea_orm::Select<E>) -> Result<Option<E::Model>, DbErr> {
+    use sea_orm::{QuerySelect, QueryTrait};
+    let stmt = inline_limits(select.limit(1).build(db.get_database_backend()));
+    E::find().from_raw_sql(stmt).one(db).await
+}
+
+/// Every row of `select`, its LIMIT inlined ([`inline_limits`]): for the reads every run makes.
+pub async fn rows<E: sea_orm::EntityTrait>(db: &impl ConnectionTrait, select: sea_orm::Select<E>) -> Result<Vec<E::Model>, DbErr> {
+    use sea_orm::QueryTrait;
+    let stmt = inline_limits(select.build(db.get_database_backend()));
+    E::find().from_raw_sql(stmt).all(db).await
+}
+
+fn integer(value: &sea_orm::Value) -> Option<i128> {
+    use sea_orm::Value as V;
+    match value {
+        V::TinyInt(Some(n)) => Some(i128::from(*n)),
+        V::SmallInt(Some(n)) => Some(i128::from(*n)),
+        V::Int(Some(n)) => Some(i128::from(*n)),
+        V::BigInt(Some(n)) => Some(i128::from(*n)),
+        V::TinyUnsigned(Some(n)) => Some(i128::from(*n)),
+        V::SmallUnsigned(Some(n)) => Some(i128::from(*n)),
+        V::Unsigned(Some(n)) => Some(i128::from(*n)),
+        V::BigUnsigned(Some(n)) => Some(i128::from(*n)),
+        _ => None,
+    }
+}
+
 /// Counts every statement `db` executes in `antler_runs_db_statements_total`: what the database is
 /// asked, seen from this replica (the wake-ups are judged by it: idle subscribers must add nothing).
 /// With `RUST_LOG=antler_runs::sql=trace` each statement is also logged with its round trip (the
@@ -504,5 +577,41 @@ impl Drop for OpenDirect<'_> {
         if !self.done {
             self.direct.rollback();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sqlite(sql: &str, values: Vec<sea_orm::Value>) -> sea_orm::Statement {
+        sea_orm::Statement::from_sql_and_values(DbBackend::Sqlite, sql, values)
+    }
+
+    #[test]
+    fn limits_and_offsets_are_written_into_the_text_and_the_rest_stays_bound() {
+        let stmt = inline_limits(sqlite(
+            r#"SELECT "a" FROM "t" WHERE "b" = ? AND "c" = 'LIMIT ?' LIMIT ? OFFSET ?"#,
+            vec!["x".into(), 10u64.into(), 20i64.into()],
+        ));
+        assert_eq!(stmt.sql, r#"SELECT "a" FROM "t" WHERE "b" = ? AND "c" = 'LIMIT ?' LIMIT 10 OFFSET 20"#);
+        assert_eq!(stmt.values.map(|v| v.0), Some(vec![sea_orm::Value::from("x")]));
+        // A subquery's LIMIT, with placeholders after it.
+        let stmt = inline_limits(sqlite(
+            r#"UPDATE "runs" SET "s" = ? WHERE "id" = (SELECT "id" FROM "runs" LIMIT ?) AND "o" = ?"#,
+            vec!["s".into(), 1u64.into(), "o".into()],
+        ));
+        assert_eq!(stmt.sql, r#"UPDATE "runs" SET "s" = ? WHERE "id" = (SELECT "id" FROM "runs" LIMIT 1) AND "o" = ?"#);
+        assert_eq!(stmt.values.map(|v| v.0.len()), Some(2));
+    }
+
+    #[test]
+    fn what_is_not_an_integer_limit_on_sqlite_is_left_as_it_was() {
+        let text = sqlite(r#"SELECT "a" FROM "t" LIMIT ?"#, vec!["ten".into()]);
+        assert_eq!(inline_limits(text.clone()).sql, text.sql);
+        let postgres = sea_orm::Statement::from_sql_and_values(DbBackend::Postgres, r#"SELECT "a" FROM "t" LIMIT $1"#, vec![1u64.into()]);
+        assert_eq!(inline_limits(postgres).sql, r#"SELECT "a" FROM "t" LIMIT $1"#);
+        let short = sqlite(r#"SELECT "a" FROM "t" WHERE "b" = ? LIMIT ?"#, vec![1u64.into()]);
+        assert_eq!(inline_limits(short.clone()).sql, short.sql, "placeholders and values disagree: untouched");
     }
 }
