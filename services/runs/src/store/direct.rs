@@ -131,6 +131,11 @@ impl std::fmt::Debug for Direct {
     }
 }
 
+/// Runs one statement that returns no rows (BEGIN, COMMIT, ROLLBACK), prepared once per connection.
+fn run(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.raw_execute().map(|_| ())
+}
+
 fn db_err(error: impl std::fmt::Display) -> DbErr {
     DbErr::Exec(RuntimeErr::Internal(format!("SQLite (runs writer): {error}")))
 }
@@ -140,7 +145,7 @@ impl Direct {
     /// pool's connections.
     pub fn open(file: &Path, busy_timeout: Duration, wal_limit_bytes: u64) -> Result<Self, DbErr> {
         use rusqlite::OpenFlags;
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = rusqlite::Connection::open_with_flags(file, flags).map_err(db_err)?;
         conn.busy_timeout(busy_timeout).map_err(db_err)?;
         // As the pool's connections (see `Store::open`): WAL, NORMAL sync, foreign keys, no
@@ -176,11 +181,11 @@ impl Direct {
         let mut inner = self.lock();
         if !inner.conn.is_autocommit() {
             tracing::warn!("the runs writer found a transaction left open; rolling it back");
-            let _ = inner.conn.execute_batch("ROLLBACK");
+            let _ = run(&inner.conn, "ROLLBACK");
         }
         inner.depth = 0;
         inner.failed = None;
-        inner.conn.execute_batch("BEGIN IMMEDIATE").map_err(db_err)
+        run(&inner.conn, "BEGIN IMMEDIATE").map_err(db_err)
     }
 
     /// COMMIT; on failure the transaction is rolled back, so nothing of it stays.
@@ -188,14 +193,14 @@ impl Direct {
         let inner = self.lock();
         if let Some(failed) = &inner.failed {
             let error = db_err(failed);
-            let _ = inner.conn.execute_batch("ROLLBACK");
+            let _ = run(&inner.conn, "ROLLBACK");
             return Err(error);
         }
-        match inner.conn.execute_batch("COMMIT") {
+        match run(&inner.conn, "COMMIT") {
             Ok(()) => Ok(()),
             Err(error) => {
                 if !inner.conn.is_autocommit() {
-                    let _ = inner.conn.execute_batch("ROLLBACK");
+                    let _ = run(&inner.conn, "ROLLBACK");
                 }
                 Err(db_err(error))
             }
@@ -206,7 +211,7 @@ impl Direct {
     pub fn rollback(&self) {
         let inner = self.lock();
         if !inner.conn.is_autocommit()
-            && let Err(error) = inner.conn.execute_batch("ROLLBACK")
+            && let Err(error) = run(&inner.conn, "ROLLBACK")
         {
             tracing::warn!(%error, "the runs writer could not roll back");
         }
@@ -562,6 +567,29 @@ mod tests {
         direct.commit().expect("commit");
         let ids: Vec<String> = runs::Entity::find().all(store.db()).await.expect("read").into_iter().map(|r| r.run_id).collect();
         assert_eq!(ids, ["r4"]);
+    }
+
+    #[tokio::test]
+    async fn a_nested_transaction_is_a_savepoint_of_the_stores() {
+        let (_dir, store, direct) = open().await;
+        direct.begin().expect("begin");
+        let tx = direct.db().begin().await.expect("sea-orm transaction");
+        runs::Entity::insert(runs::ActiveModel::from(run("kept"))).exec_without_returning(&tx).await.expect("insert");
+        let nested = tx.begin().await.expect("savepoint");
+        let mut model = runs::ActiveModel::from(run("undone"));
+        model.thread_id = ActiveValue::Set("t2".to_owned());
+        runs::Entity::insert(model).exec_without_returning(&nested).await.expect("insert in the savepoint");
+        nested.rollback().await.expect("back to the savepoint");
+        let released = tx.begin().await.expect("second savepoint");
+        let mut model = runs::ActiveModel::from(run("released"));
+        model.thread_id = ActiveValue::Set("t3".to_owned());
+        runs::Entity::insert(model).exec_without_returning(&released).await.expect("insert in the savepoint");
+        released.commit().await.expect("release");
+        tx.commit().await.expect("sea-orm commit");
+        direct.commit().expect("commit");
+        let mut ids: Vec<String> = runs::Entity::find().all(store.db()).await.expect("read").into_iter().map(|r| r.run_id).collect();
+        ids.sort();
+        assert_eq!(ids, ["kept", "released"]);
     }
 
     #[tokio::test]

@@ -421,9 +421,18 @@ impl Store {
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
         antler_kit::store::migrate::<migration::Migrator>(&store.db, "migration").await?;
         // After the migration: the connection finds the file and its tables in place. (An in-memory
-        // database has no file a second connection could open; its writes stay on the pool.)
-        if let Some(file) = sqlite_file(&url).filter(|_| sqlite) {
-            store.direct = Some(Direct::open(&file, busy, wal_limit)?);
+        // database has no file a second connection could open; its writes stay on the pool, as they
+        // do, with a warning, when the file cannot be opened a second time.)
+        let in_memory = url.contains("mode=memory");
+        if let Some(file) = sqlite_file(&url).filter(|_| sqlite && !in_memory) {
+            match Direct::open(&file, busy, wal_limit) {
+                Ok(direct) => store.direct = Some(direct),
+                Err(error) => tracing::warn!(
+                    %error,
+                    file = %file.display(),
+                    "the runs writer could not open the database file itself; its writes go through the pool (slower)"
+                ),
+            }
         }
         tracing::info!(backend = ?store.backend(), "runs database ready");
         Ok(store)
