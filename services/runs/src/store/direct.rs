@@ -253,6 +253,17 @@ fn query_result(rows: Vec<std::collections::BTreeMap<String, Value>>, statement:
 }
 
 impl Inner {
+    /// Runs `template` (each `{}` the savepoint's number) for a transaction nested `depth` deep in
+    /// the store's; nothing at depth 0, the store's own. A failure is kept in `failed`.
+    fn savepoint(&mut self, depth: usize, template: &str) {
+        if depth == 0 {
+            return;
+        }
+        if let Err(error) = self.conn.execute_batch(&template.replace("{}", &depth.to_string())) {
+            self.failed.get_or_insert(error.to_string());
+        }
+    }
+
     fn check(&self) -> Result<(), DbErr> {
         match &self.failed {
             Some(failed) => Err(db_err(failed)),
@@ -320,35 +331,23 @@ impl MockDatabaseTrait for Adapter {
     // savepoints, whose failure is kept for the next statement and the commit to report.
     fn begin(&mut self) {
         let mut inner = self.lock();
-        if inner.depth > 0 {
-            let sql = format!("SAVEPOINT sp{}", inner.depth);
-            if let Err(error) = inner.conn.execute_batch(&sql) {
-                inner.failed.get_or_insert(error.to_string());
-            }
-        }
+        let depth = inner.depth;
         inner.depth += 1;
+        inner.savepoint(depth, "SAVEPOINT sp{}");
     }
 
     fn commit(&mut self) {
         let mut inner = self.lock();
         inner.depth = inner.depth.saturating_sub(1);
-        if inner.depth > 0 {
-            let sql = format!("RELEASE sp{}", inner.depth);
-            if let Err(error) = inner.conn.execute_batch(&sql) {
-                inner.failed.get_or_insert(error.to_string());
-            }
-        }
+        let depth = inner.depth;
+        inner.savepoint(depth, "RELEASE sp{}");
     }
 
     fn rollback(&mut self) {
         let mut inner = self.lock();
         inner.depth = inner.depth.saturating_sub(1);
-        if inner.depth > 0 {
-            let sql = format!("ROLLBACK TO sp{0}; RELEASE sp{0}", inner.depth);
-            if let Err(error) = inner.conn.execute_batch(&sql) {
-                inner.failed.get_or_insert(error.to_string());
-            }
-        }
+        let depth = inner.depth;
+        inner.savepoint(depth, "ROLLBACK TO sp{}; RELEASE sp{}");
     }
 
     fn drain_transaction_log(&mut self) -> Vec<Transaction> {

@@ -89,17 +89,27 @@ pub async fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>) {
             }
         }
         metrics::histogram!("antler_admission_batch_size").record(batch.len() as f64);
-        match admit_batch(&engine, &batch).await {
+        // The requests move into the transaction (it runs on the store's writer thread); the replies stay.
+        let (requests, replies): (Vec<Request>, Vec<oneshot::Sender<Outcome>>) = batch
+            .into_iter()
+            .map(|job| {
+                let request =
+                    Request { user_id: job.user_id, req: job.req, fingerprint: job.fingerprint, run_id: uuid::Uuid::now_v7().to_string() };
+                (request, job.reply)
+            })
+            .unzip();
+        let requests = Arc::new(requests);
+        match admit_batch(&engine, &requests).await {
             Ok(outcomes) => {
-                for (job, outcome) in batch.into_iter().zip(outcomes) {
-                    let _ = job.reply.send(outcome);
+                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    let _ = reply.send(outcome);
                 }
             }
             Err(error) => {
-                tracing::debug!(%error, size = batch.len(), "admission batch failed; admitting its requests one by one");
-                for job in batch {
-                    let outcome = one::create_or_reject_one(&engine, &job.user_id, &job.req, &job.fingerprint).await;
-                    let _ = job.reply.send(outcome);
+                tracing::debug!(%error, size = requests.len(), "admission batch failed; admitting its requests one by one");
+                for (request, reply) in requests.iter().zip(replies) {
+                    let outcome = one::create_or_reject_one(&engine, &request.user_id, &request.req, &request.fingerprint).await;
+                    let _ = reply.send(outcome);
                 }
             }
         }
@@ -124,18 +134,7 @@ struct Request {
     run_id: String,
 }
 
-async fn admit_batch(engine: &Arc<Engine>, batch: &[Job]) -> Result<Vec<Outcome>, RunsError> {
-    let requests: Arc<Vec<Request>> = Arc::new(
-        batch
-            .iter()
-            .map(|job| Request {
-                user_id: job.user_id.clone(),
-                req: job.req.clone(),
-                fingerprint: job.fingerprint.clone(),
-                run_id: uuid::Uuid::now_v7().to_string(),
-            })
-            .collect(),
-    );
+async fn admit_batch(engine: &Arc<Engine>, requests: &Arc<Vec<Request>>) -> Result<Vec<Outcome>, RunsError> {
     let written = {
         let (op_engine, op_requests) = (engine.clone(), requests.clone());
         engine
@@ -165,7 +164,7 @@ async fn admit_batch(engine: &Arc<Engine>, batch: &[Job]) -> Result<Vec<Outcome>
 
     // Answer in request order; a repeated key gets the run its first request created.
     let mut runs_by_index: HashMap<usize, runs::Model> = HashMap::new();
-    let mut outcomes = Vec::with_capacity(batch.len());
+    let mut outcomes = Vec::with_capacity(requests.len());
     for (i, plan) in plans.into_iter().enumerate() {
         let outcome = match plan {
             Plan::Done(outcome) => *outcome,
@@ -176,7 +175,7 @@ async fn admit_batch(engine: &Arc<Engine>, batch: &[Job]) -> Result<Vec<Outcome>
                 Ok((Admitted { run, reused: false }, Effects { events: vec![first], superseded: Vec::new() }))
             }
             Plan::SameKeyAs(first) => match runs_by_index.get(&first) {
-                Some(run) => one::reuse(run.clone(), &batch[i].fingerprint).map(|a| (a, Effects::default())),
+                Some(run) => one::reuse(run.clone(), &requests[i].fingerprint).map(|a| (a, Effects::default())),
                 None => Err(RunsError::Unavailable("the run of an earlier request with the same key was not admitted".to_owned())),
             },
         };
