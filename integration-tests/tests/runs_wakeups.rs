@@ -124,6 +124,49 @@ async fn a_client_on_one_replica_sees_events_written_on_the_other_at_once() -> R
     Ok(())
 }
 
+/// StreamRun watches its run before admitting it and reads nothing from the store until something
+/// announces events it has not got (#32): when another replica executes the run, the stream must
+/// still get every event, in order, as it is written.
+#[tokio::test]
+async fn a_stream_run_whose_run_another_replica_executes_gets_every_event_live() -> Result<()> {
+    let db = TestDb::new(Backend::Postgres).await?;
+    // B alone first, its one slot taken by a long run, so that A (started after) executes what B admits
+    // (once B's admission lease of 3 s has passed: the admitting replica has the first claim).
+    let b = start_with(config(&db, &format!("{NO_SAFETY_POLL}  max_concurrent_runs: 1\n")))?;
+    let (mut runs_b, _) = clients(&b).await?;
+    let long = create(&mut runs_b, json!([{"sleep_ms": 600000}])).await?;
+    wait_run(&mut runs_b, ALICE, &long.run_id, T, |r| r.status() == RunStatus::Running).await?;
+    let a = start_with(config(&db, NO_SAFETY_POLL))?;
+    let (mut runs_a, _) = clients(&a).await?;
+
+    for round in 0..3 {
+        let joined = now_ms();
+        let mut stream =
+            runs_b.stream_run(authed(StreamRunRequest { create: Some(run_request("", paced(8, 100))) }, ALICE)).await?.into_inner();
+        let mut events = Vec::new();
+        while let Some(message) = tokio::time::timeout(T, stream.next()).await.context("no event for 20 s")? {
+            let event = message?.event.unwrap_or_default();
+            if matches!(event.kind, Some(run_event::Kind::Heartbeat(_))) {
+                continue;
+            }
+            let delay = now_ms() - event_ms(&event);
+            events.push((event, delay));
+        }
+        assert!(
+            matches!(events.last().and_then(|(e, _)| e.kind.as_ref()), Some(run_event::Kind::End(_))),
+            "round {round}: the stream ends with END"
+        );
+        assert_contiguous(&events);
+        check_live(&live_delays(&events, joined), &format!("round {round}: written on A, streamed from B"));
+        let run_id = events[0].0.run_id.clone();
+        let run = runs_a.get_run(authed(GetRunRequest { run_id, ..Default::default() }, ALICE)).await?.into_inner().run.unwrap_or_default();
+        assert_eq!(run.status(), RunStatus::Success, "round {round}");
+    }
+    let owner = runs_a.get_run(authed(GetRunRequest { run_id: long.run_id.clone(), ..Default::default() }, ALICE)).await?.into_inner();
+    assert_eq!(owner.run.unwrap_or_default().status(), RunStatus::Running, "B's slot stayed taken: A executed the streamed runs");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_cancel_through_the_other_replica_stops_the_run_within_a_second() -> Result<()> {
     let db = TestDb::new(Backend::Postgres).await?;

@@ -20,7 +20,7 @@ use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, Query
 use tokio::sync::mpsc;
 
 use crate::error::RunsError;
-use crate::hub::{EventHub, Live, Wake};
+use crate::hub::{EventHub, Live, Wake, Watch};
 use crate::status::Status;
 use crate::store::entity::{run_events, runs};
 use crate::store::{Store, now_ms};
@@ -294,16 +294,43 @@ fn wanted(kinds: &[i32], event: &RunEvent) -> bool {
         || kinds.contains(&(kind as i32))
 }
 
+/// When a subscriber began to watch its run.
+#[derive(Debug)]
+pub enum Joined {
+    /// After the run existed: what was stored before is read from the store first.
+    Late,
+    /// Before the run's admission committed (StreamRun, with the run id chosen before admitting):
+    /// every event of the run is announced to this watch — published by this replica, or notified
+    /// and polled from others' writes, which the stream then reads — so there is nothing to catch up
+    /// on and the stream starts with no read. `status`: the run's status as admitted.
+    AtAdmission { watch: Watch, status: RunStatus },
+}
+
 /// Streams a run's events into `out` until its END event, or until `out` is closed (client gone).
 /// Returns whether END was delivered. Woken by the hub (events committed here, notifications of
 /// other replicas' writes, the safety poll); it reads the store only when woken by something it has
 /// not got, never on a timer.
 pub async fn follow(store: Store, hub: Arc<EventHub>, sub: Subscription, out: mpsc::Sender<Result<RunEvent, tonic::Status>>) -> bool {
-    let mut live = hub.watch(&sub.run_id);
+    follow_from(store, hub, Joined::Late, sub, out).await
+}
+
+/// [`follow`] for a subscriber that joined as `joined` says.
+pub async fn follow_from(
+    store: Store,
+    hub: Arc<EventHub>,
+    joined: Joined,
+    sub: Subscription,
+    out: mpsc::Sender<Result<RunEvent, tonic::Status>>,
+) -> bool {
+    let (mut live, known) = match joined {
+        // Registered before the store is read, so nothing committed after the read goes unannounced.
+        Joined::Late => (hub.watch(&sub.run_id), None),
+        Joined::AtAdmission { watch, status } => (watch, Some(status)),
+    };
     metrics::gauge!("antler_runs_stream_subscribers").increment(1.0);
-    let mut cursor = Cursor { last: sub.after_seq, last_sent: Instant::now(), status: RunStatus::Unspecified };
+    let mut cursor = Cursor { last: sub.after_seq, last_sent: Instant::now(), status: known.unwrap_or(RunStatus::Unspecified) };
     let outcome = async {
-        if cursor.catch_up(&store, &sub, &out).await? || cursor.past_the_end(&store, &sub).await?.is_none() {
+        if known.is_none() && (cursor.catch_up(&store, &sub, &out).await? || cursor.past_the_end(&store, &sub).await?.is_none()) {
             return Ok::<bool, Stop>(true);
         }
         loop {

@@ -22,7 +22,7 @@ use crate::lifecycle::{admission, cancel};
 use crate::paging;
 use crate::run_queries;
 use crate::store::entity::runs;
-use crate::stream::{Subscription, follow, read_page};
+use crate::stream::{Joined, Subscription, follow_from, read_page};
 use crate::stream_limits::StreamPermit;
 use crate::threads as thread_domain;
 
@@ -37,8 +37,23 @@ pub struct RunApi {
 
 impl RunApi {
     async fn admit(&self, ctx: &CallContext, req: CreateRunRequest) -> Result<(runs::Model, bool), Status> {
-        let admitted = admission::admit(&self.engine, &self.batcher, ctx, req).await?;
+        let admitted = admission::admit(&self.engine, &self.batcher, ctx, req, admission::new_run_id()).await?;
         Ok((admitted.run, admitted.reused))
+    }
+
+    /// [`Self::admit`] for a stream of the new run's events: the run's id is watched before its
+    /// admission commits, so the stream starts without reading the store (see [`Joined`]). A reused
+    /// run (idempotency key) is joined late, like JoinRun.
+    async fn admit_watched(&self, ctx: &CallContext, req: CreateRunRequest) -> Result<(runs::Model, Joined), Status> {
+        let run_id = admission::new_run_id();
+        let watch = self.engine.hub().watch(&run_id);
+        let admitted = admission::admit(&self.engine, &self.batcher, ctx, req, run_id.clone()).await?;
+        let joined = if admitted.reused || admitted.run.run_id != run_id {
+            Joined::Late
+        } else {
+            Joined::AtAdmission { watch, status: admitted.run.status.to_proto() }
+        };
+        Ok((admitted.run, joined))
     }
 
     async fn find_run(&self, user: &str, thread_id: &str, run_id: &str) -> Result<runs::Model, RunsError> {
@@ -56,11 +71,13 @@ impl RunApi {
 
     /// Streams a run's events to the client; when the client goes away before the run ends and
     /// `cancel_on_disconnect` is set, the run is cancelled (INTERRUPT).
+    #[allow(clippy::too_many_arguments)]
     fn stream_events(
         &self,
         user: String,
         run: &runs::Model,
         after_seq: u64,
+        joined: Joined,
         kinds: Vec<i32>,
         cancel_on_disconnect: bool,
         permit: Option<StreamPermit>,
@@ -77,7 +94,7 @@ impl RunApi {
         let engine = self.engine.clone();
         let (run_id, thread_id) = (run.run_id.clone(), run.thread_id.clone());
         tokio::spawn(async move {
-            let ended = follow(engine.store().clone(), engine.hub().clone(), sub, tx).await;
+            let ended = follow_from(engine.store().clone(), engine.hub().clone(), joined, sub, tx).await;
             // The stream is over: its room is free again.
             drop(permit);
             // A stream closed by this server's shutdown is not the client going away: the run is
@@ -141,8 +158,8 @@ impl RunService for RunApi {
         let create = request.into_inner().create.ok_or_else(|| antler_kit::status::invalid_argument("create", "is required"))?;
         let cancel_on_disconnect = create.on_disconnect != OnDisconnect::Continue as i32;
         let kinds = create.stream_kinds.clone();
-        let (run, _) = self.admit(&ctx, create).await?;
-        let events = self.stream_events(ctx.identity.user_id.clone(), &run, 0, kinds, cancel_on_disconnect, permit);
+        let (run, joined) = self.admit_watched(&ctx, create).await?;
+        let events = self.stream_events(ctx.identity.user_id.clone(), &run, 0, joined, kinds, cancel_on_disconnect, permit);
         Ok(Response::new(Box::pin(events.map(|e| e.map(|event| StreamRunResponse { event: Some(event) })))))
     }
 
@@ -226,7 +243,7 @@ impl RunService for RunApi {
             req.kinds
         };
         let cancel_on_disconnect = req.on_disconnect == OnDisconnect::Cancel as i32 && !run.status.is_terminal();
-        let events = self.stream_events(user, &run, req.after_seq, kinds, cancel_on_disconnect, permit);
+        let events = self.stream_events(user, &run, req.after_seq, Joined::Late, kinds, cancel_on_disconnect, permit);
         Ok(Response::new(Box::pin(events.map(|e| e.map(|event| JoinRunResponse { event: Some(event) })))))
     }
 

@@ -41,6 +41,7 @@ pub struct Job {
     user_id: String,
     req: CreateRunRequest,
     fingerprint: String,
+    run_id: String,
     reply: oneshot::Sender<Outcome>,
 }
 
@@ -63,9 +64,9 @@ impl Batcher {
     }
 
     /// Admits `req` (sanitised, fingerprinted) with the next batch.
-    pub(super) async fn admit(&self, user_id: &str, req: &CreateRunRequest, fingerprint: String) -> Outcome {
+    pub(super) async fn admit(&self, user_id: &str, req: &CreateRunRequest, fingerprint: String, run_id: String) -> Outcome {
         let (reply, answer) = oneshot::channel();
-        let job = Job { user_id: user_id.to_owned(), req: req.clone(), fingerprint, reply };
+        let job = Job { user_id: user_id.to_owned(), req: req.clone(), fingerprint, run_id, reply };
         if self.jobs.send(job).await.is_err() {
             return Err(RunsError::Unavailable("the runs service is shutting down".to_owned()));
         }
@@ -93,8 +94,7 @@ pub async fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>) {
         let (requests, replies): (Vec<Request>, Vec<oneshot::Sender<Outcome>>) = batch
             .into_iter()
             .map(|job| {
-                let request =
-                    Request { user_id: job.user_id, req: job.req, fingerprint: job.fingerprint, run_id: uuid::Uuid::now_v7().to_string() };
+                let request = Request { user_id: job.user_id, req: job.req, fingerprint: job.fingerprint, run_id: job.run_id };
                 (request, job.reply)
             })
             .unzip();
@@ -108,7 +108,8 @@ pub async fn run(engine: Arc<Engine>, mut jobs: mpsc::Receiver<Job>) {
             Err(error) => {
                 tracing::debug!(%error, size = requests.len(), "admission batch failed; admitting its requests one by one");
                 for (request, reply) in requests.iter().zip(replies) {
-                    let outcome = one::create_or_reject_one(&engine, &request.user_id, &request.req, &request.fingerprint).await;
+                    let outcome =
+                        one::create_or_reject_one(&engine, &request.user_id, &request.req, &request.fingerprint, &request.run_id).await;
                     let _ = reply.send(outcome);
                 }
             }
@@ -125,8 +126,9 @@ enum Plan {
 }
 
 /// One request of a batch as the writing transaction needs it: owned, since it runs on the store's
-/// writer thread (see `Store::write`). The run id is chosen before, so that a transaction retried
-/// after a busy database writes the same runs, and a failed one can forget their secrets.
+/// writer thread (see `Store::write`). The run id is chosen before (by the caller of admission), so
+/// that a transaction retried after a busy database writes the same runs, and a failed one can
+/// forget their secrets.
 struct Request {
     user_id: String,
     req: CreateRunRequest,

@@ -45,15 +45,34 @@ pub struct Effects {
     pub superseded: Vec<String>,
 }
 
-/// Admits a client's CreateRunRequest (CreateRun, StreamRun, WaitRun) or refuses it, writing
-/// nothing; counts the outcome in `antler_run_admissions_total`.
-pub async fn admit(engine: &Engine, batcher: &Batcher, ctx: &CallContext, req: CreateRunRequest) -> Result<Admitted, RunsError> {
-    let result = admit_request(engine, batcher, ctx, req).await;
+/// A new run's id (time-ordered: UUIDv7).
+pub fn new_run_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// Admits a client's CreateRunRequest (CreateRun, StreamRun, WaitRun) as run `run_id` (from
+/// [`new_run_id`], chosen by the caller so that it can watch the run before it exists) or refuses it,
+/// writing nothing; counts the outcome in `antler_run_admissions_total`. An idempotency key that names
+/// an existing run returns that run instead.
+pub async fn admit(
+    engine: &Engine,
+    batcher: &Batcher,
+    ctx: &CallContext,
+    req: CreateRunRequest,
+    run_id: String,
+) -> Result<Admitted, RunsError> {
+    let result = admit_request(engine, batcher, ctx, req, run_id).await;
     metrics::counter!("antler_run_admissions_total", "outcome" => outcome(&result)).increment(1);
     result
 }
 
-async fn admit_request(engine: &Engine, batcher: &Batcher, ctx: &CallContext, mut req: CreateRunRequest) -> Result<Admitted, RunsError> {
+async fn admit_request(
+    engine: &Engine,
+    batcher: &Batcher,
+    ctx: &CallContext,
+    mut req: CreateRunRequest,
+    run_id: String,
+) -> Result<Admitted, RunsError> {
     let user_id = ctx.identity.user_id.as_str();
     if req.subagent.is_some() {
         return Err(RunsError::invalid(
@@ -65,7 +84,7 @@ async fn admit_request(engine: &Engine, batcher: &Batcher, ctx: &CallContext, mu
     resume::apply(engine, user_id, &mut req).await?;
     let model = req.config.as_ref().map(|c| c.model_name.clone()).unwrap_or_default();
     request::check_model(engine, ctx, &model).await?;
-    let (admitted, effects) = create_or_reject(engine, batcher, user_id, &req).await?;
+    let (admitted, effects) = create_or_reject(engine, batcher, user_id, &req, run_id).await?;
     apply(engine, effects);
     Ok(admitted)
 }
@@ -77,12 +96,13 @@ async fn create_or_reject(
     batcher: &Batcher,
     user_id: &str,
     req: &CreateRunRequest,
+    run_id: String,
 ) -> Result<(Admitted, Effects), RunsError> {
     let fp = fingerprint(req);
     if Batcher::batchable(req) {
-        return batcher.admit(user_id, req, fp).await;
+        return batcher.admit(user_id, req, fp, run_id).await;
     }
-    one::create_or_reject_one(engine, user_id, req, &fp).await
+    one::create_or_reject_one(engine, user_id, req, &fp, &run_id).await
 }
 
 /// Publishes what admission committed, stops superseded local runs and wakes the dispatcher.

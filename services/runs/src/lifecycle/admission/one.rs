@@ -23,11 +23,13 @@ pub(crate) async fn create_or_reject_one(
     user_id: &str,
     req: &CreateRunRequest,
     fp: &str,
+    run_id: &str,
 ) -> Result<(Admitted, Effects), RunsError> {
     let mut attempts = 0;
     loop {
         attempts += 1;
-        match engine.store().retry_busy(|| try_admit(engine, user_id, req, fp)).await {
+        // Every attempt inserts the same run id: a failed one was rolled back, its id is free.
+        match engine.store().retry_busy(|| try_admit(engine, user_id, req, fp, run_id)).await {
             Ok(Attempt::Admitted(admitted, effects)) => return Ok((*admitted, effects)),
             // A state update (a rename) moved the thread's head while this admission read it: the
             // transaction was rolled back; the next attempt starts from the new head.
@@ -109,7 +111,7 @@ pub(crate) fn reuse(existing: runs::Model, fp: &str) -> Result<Admitted, RunsErr
 
 /// One admission transaction, step by step; each step reads or writes inside `tx`, and a refusal
 /// returns before the commit (so it writes nothing).
-async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &str) -> Result<Attempt, RunsError> {
+async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &str, run_id: &str) -> Result<Attempt, RunsError> {
     let tx = engine.store().tx_for(crate::store::Priority::Admission).await?;
     let now = now_ms();
     let mut effects = Effects::default();
@@ -117,7 +119,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         return Ok(Attempt::Admitted(Box::new(existing), effects));
     }
     check_capacity(engine, &*tx, user_id).await?;
-    let run_id = uuid::Uuid::now_v7().to_string();
+    let run_id = run_id.to_owned();
     let (thread, new_thread) = thread_of(&*tx, user_id, req, &run_id, now).await?;
     let base_checkpoint = base_checkpoint(&*tx, user_id, req, &thread).await?;
     let strategy = strategy_of(req);
