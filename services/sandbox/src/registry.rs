@@ -260,14 +260,12 @@ impl Registry {
     pub async fn acquire(&self, user_id: &str, thread_id: &str) -> Result<(Arc<Sandbox>, bool)> {
         let workspace = self.layout.workspace(user_id, thread_id);
         // The skills view first: every acquire brings it up to date (and repairs a tampered copy).
-        let (skills, user) = (self.layout.skills().clone(), user_id.to_owned());
-        tokio::task::spawn_blocking(move || skills.refresh_view(&user))
+        // Both in one blocking task: a task is a hand-off to another thread (and, under load, a
+        // thread more in tokio's blocking pool), and every run's first acquire does both.
+        let (skills, user, ensure) = (self.layout.skills().clone(), user_id.to_owned(), workspace.clone());
+        let created = tokio::task::spawn_blocking(move || skills.refresh_view(&user).map(|()| ensure.ensure()))
             .await
-            .map_err(|e| SandboxError::Internal(format!("skills view task failed: {e}")))??;
-        let ensure = workspace.clone();
-        let created = tokio::task::spawn_blocking(move || ensure.ensure())
-            .await
-            .map_err(|e| SandboxError::Internal(format!("workspace creation task failed: {e}")))?
+            .map_err(|e| SandboxError::Internal(format!("workspace set-up task failed: {e}")))??
             .map_err(|e| {
                 tracing::error!(error = %e, thread_id, "cannot create the workspace directories");
                 match e.raw_os_error() {
