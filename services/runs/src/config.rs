@@ -157,8 +157,9 @@ pub struct DatabaseConfig {
     /// `sqlite://path` or `postgres://user@host/db`. Empty: SQLite at `<data_dir>/runs.db`. More than
     /// one replica needs PostgreSQL.
     pub url: String,
-    /// Connections in the pool.
-    pub max_connections: u32,
+    /// Connections in the pool (on SQLite: the connections that read; writes have their own).
+    /// Unset: 16 on PostgreSQL, [`SQLITE_READERS`] on SQLite.
+    pub max_connections: Option<u32>,
     /// PostgreSQL: connections of a second, small pool kept for lease renewals, replica heartbeats
     /// and takeovers, so run traffic that fills `max_connections` cannot delay the writes that keep a
     /// live replica's leases (a late renewal fences a healthy run) or a dead one's runs moving
@@ -188,11 +189,26 @@ pub struct DatabaseConfig {
     pub postgres_idle_in_transaction_timeout_ms: u64,
 }
 
+/// The default pool of a PostgreSQL store.
+pub const POSTGRES_CONNECTIONS: u32 = 16;
+/// The default reading connections of a SQLite store. Each is a thread of its own with a page cache of
+/// up to 2 MiB; a read takes microseconds on the caller's machine, so more readers than cores add
+/// threads and memory after a burst of runs (the `footprint` bench shows how much), not throughput.
+pub const SQLITE_READERS: u32 = 4;
+
+impl DatabaseConfig {
+    /// `max_connections`, or the default of the store's backend.
+    pub fn pool_size(&self) -> u32 {
+        let sqlite = self.url.is_empty() || self.url.starts_with("sqlite:");
+        self.max_connections.unwrap_or(if sqlite { SQLITE_READERS } else { POSTGRES_CONNECTIONS })
+    }
+}
+
 impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: String::new(),
-            max_connections: 16,
+            max_connections: None,
             control_connections: 2,
             connect_timeout_ms: 5_000,
             sqlite_busy_timeout_ms: 5_000,
@@ -221,7 +237,9 @@ impl RunsConfig {
                 message: "must start with sqlite: or postgres:// (or be empty for SQLite in the data directory)".to_owned(),
             });
         }
-        check_range("runs.database.max_connections", db.max_connections.into(), 1, 1000)?;
+        if let Some(max) = db.max_connections {
+            check_range("runs.database.max_connections", max.into(), 1, 1000)?;
+        }
         check_range("runs.database.control_connections", db.control_connections.into(), 1, 16)?;
         check_range("runs.database.connect_timeout_ms", db.connect_timeout_ms, 100, 600_000)?;
         check_range("runs.database.sqlite_busy_timeout_ms", db.sqlite_busy_timeout_ms, 0, 600_000)?;
@@ -316,6 +334,16 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pool_defaults_to_the_backend_s_and_a_set_size_wins() {
+        let db = |url: &str, max: Option<u32>| DatabaseConfig { url: url.to_owned(), max_connections: max, ..DatabaseConfig::default() };
+        assert_eq!(db("", None).pool_size(), SQLITE_READERS);
+        assert_eq!(db("sqlite:///tmp/runs.db", None).pool_size(), SQLITE_READERS);
+        assert_eq!(db("postgres://u@h/d", None).pool_size(), POSTGRES_CONNECTIONS);
+        assert_eq!(db("", Some(9)).pool_size(), 9);
+        assert_eq!(db("postgres://u@h/d", Some(3)).pool_size(), 3);
+    }
 
     #[test]
     fn with_auth_on_a_remote_service_without_a_service_token_is_refused_by_name() {

@@ -341,10 +341,7 @@ impl Store {
         let url =
             if config.url.is_empty() { format!("sqlite://{}?mode=rwc", data_dir.join("runs.db").display()) } else { config.url.clone() };
         let mut options = ConnectOptions::new(url.clone());
-        options
-            .max_connections(config.max_connections)
-            .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
-            .sqlx_logging(false);
+        options.max_connections(config.pool_size()).connect_timeout(Duration::from_millis(config.connect_timeout_ms)).sqlx_logging(false);
         let busy = Duration::from_millis(config.sqlite_busy_timeout_ms);
         let wal_limit = config.sqlite_wal_max_mib * 1024 * 1024;
         options.map_sqlx_sqlite_opts(move |o| {
