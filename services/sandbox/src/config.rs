@@ -38,6 +38,9 @@ pub struct SandboxConfig {
     /// How long the highest attempt of a run (the fencing token of `x-antler-run-attempt`) is
     /// remembered after the run's last call, in seconds.
     pub fence_retention_secs: u64,
+    /// The most runs whose fencing token is remembered; past it the least recently used tenth is
+    /// forgotten at once (about 150 bytes each).
+    pub fence_max_runs: u64,
     /// Command execution.
     pub commands: CommandsConfig,
     /// File tools.
@@ -62,6 +65,7 @@ impl Default for SandboxConfig {
             idle_release_secs: 1800,
             reap_interval_secs: 60,
             fence_retention_secs: 86_400,
+            fence_max_runs: 100_000,
             commands: CommandsConfig::default(),
             files: FilesConfig::default(),
             uploads: UploadsConfig::default(),
@@ -435,6 +439,7 @@ impl SandboxConfig {
         check_range("sandbox.idle_release_secs", self.idle_release_secs, 0, 30 * 86_400)?;
         check_range("sandbox.reap_interval_secs", self.reap_interval_secs, 1, 86_400)?;
         check_range("sandbox.fence_retention_secs", self.fence_retention_secs, 60, 30 * 86_400)?;
+        check_range("sandbox.fence_max_runs", self.fence_max_runs, 1_000, 100_000_000)?;
         let s = &self.skills;
         check_range("sandbox.skills.max_custom_per_user", s.max_custom_per_user, 0, 100_000)?;
         check_range("sandbox.skills.max_archive_bytes", s.max_archive_bytes, KIB, 64 * GIB)?;

@@ -7,7 +7,8 @@
 //!
 //! The memory is this process's: a run's calls reach the sandbox service that holds its thread's
 //! workspace. Entries not used for `sandbox.fence_retention_secs` are forgotten (a run's attempts
-//! are minutes apart, not days).
+//! are minutes apart, not days), and past `sandbox.fence_max_runs` entries the least recently used
+//! tenth goes at once: at a thousand runs a second a day's retention alone would keep 86 million.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -82,11 +83,13 @@ struct Entry {
 pub struct Fences {
     entries: Mutex<HashMap<(String, String), Entry>>,
     retention: Duration,
+    max_runs: usize,
 }
 
 impl Fences {
-    pub fn new(retention: Duration) -> Self {
-        Self { entries: Mutex::new(HashMap::new()), retention }
+    /// Remembers runs for `retention` after their last call, and at most `max_runs` of them.
+    pub fn new(retention: Duration, max_runs: usize) -> Self {
+        Self { entries: Mutex::new(HashMap::new()), retention, max_runs: max_runs.max(1) }
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Entry>> {
@@ -98,7 +101,11 @@ impl Fences {
     pub fn admit(&self, user_id: &str, fence: &Fence) -> Result<Admitted> {
         let mut entries = self.entries();
         let now = Instant::now();
-        let entry = entries.entry((user_id.to_owned(), fence.run_id.clone())).or_insert(Entry { attempt: fence.attempt, seen: now });
+        let key = (user_id.to_owned(), fence.run_id.clone());
+        if entries.len() >= self.max_runs && !entries.contains_key(&key) {
+            forget_least_recent(&mut entries, self.max_runs);
+        }
+        let entry = entries.entry(key).or_insert(Entry { attempt: fence.attempt, seen: now });
         entry.seen = now;
         if fence.attempt < entry.attempt {
             metrics::counter!("antler_sandbox_fenced_calls_total").increment(1);
@@ -141,6 +148,30 @@ impl Fences {
     }
 }
 
+/// Forgets the least recently seen entries until a tenth of `max_runs` is free: one pass over the
+/// map per tenth of the bound, not one per new run. A run forgotten this way has not called for
+/// longer than every remembered one; a late call of its old attempt would be taken as its first.
+fn forget_least_recent(entries: &mut HashMap<(String, String), Entry>, max_runs: usize) {
+    let keep = max_runs - max_runs.div_ceil(10);
+    let excess = entries.len().saturating_sub(keep);
+    if excess == 0 {
+        return;
+    }
+    let mut seen: Vec<Instant> = entries.values().map(|e| e.seen).collect();
+    let (_, cutoff, _) = seen.select_nth_unstable(excess - 1);
+    let cutoff = *cutoff;
+    let before = entries.len();
+    // Entries seen at the cutoff instant itself may all go: the bound is kept, give or take ties.
+    entries.retain(|_, entry| entry.seen > cutoff);
+    let forgotten = before - entries.len();
+    metrics::counter!("antler_sandbox_fences_forgotten_total").increment(forgotten as u64);
+    tracing::warn!(
+        forgotten,
+        max_runs,
+        "sandbox.fence_max_runs reached: the least recently used runs' fencing tokens were forgotten before sandbox.fence_retention_secs"
+    );
+}
+
 fn refusal(fence: &Fence, current: u32) -> SandboxError {
     SandboxError::FailedPrecondition(format!(
         "run {} attempt {} is fenced: attempt {current} of the run has taken over ({ATTEMPT_HEADER} {} < {current})\nhint: this worker lost the run; stop working on it",
@@ -158,7 +189,7 @@ mod tests {
 
     #[test]
     fn a_lower_attempt_is_refused_once_a_higher_one_was_seen() {
-        let fences = Fences::new(Duration::from_secs(60));
+        let fences = Fences::new(Duration::from_secs(60), 100);
         assert_eq!(fences.admit("u", &fence("r", 1)).ok(), Some(Admitted::Current));
         assert_eq!(fences.admit("u", &fence("r", 1)).ok(), Some(Admitted::Current));
         assert!(fences.check("u", &fence("r", 1)).is_ok());
@@ -173,10 +204,30 @@ mod tests {
 
     #[test]
     fn stale_runs_are_forgotten() {
-        let fences = Fences::new(Duration::ZERO);
+        let fences = Fences::new(Duration::ZERO, 100);
         fences.admit("u", &fence("r", 2)).ok();
         assert_eq!(fences.forget_stale(), 1);
         assert!(fences.is_empty());
+    }
+
+    #[test]
+    fn past_the_bound_the_least_recently_used_runs_are_forgotten_first() {
+        let fences = Fences::new(Duration::from_secs(3600), 20);
+        fences.admit("u", &fence("kept", 2)).ok();
+        for i in 0..19 {
+            std::thread::sleep(Duration::from_millis(1));
+            fences.admit("u", &fence(&format!("r{i}"), 1)).ok();
+            std::thread::sleep(Duration::from_millis(1));
+            // The oldest run keeps calling: it is the most recently used, whatever its age.
+            fences.admit("u", &fence("kept", 2)).ok();
+        }
+        assert_eq!(fences.len(), 20);
+        fences.admit("u", &fence("new", 1)).ok();
+        assert_eq!(fences.len(), 19, "a tenth freed (two of twenty), then the new run");
+        let refused = fences.admit("u", &fence("kept", 1));
+        assert!(refused.is_err(), "the run still in use is remembered: its old attempt stays fenced");
+        assert_eq!(fences.admit("u", &fence("r0", 1)).ok(), Some(Admitted::Current), "r0 was forgotten: first seen again");
+        assert!(fences.len() <= 20);
     }
 
     #[test]

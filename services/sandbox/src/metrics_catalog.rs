@@ -58,6 +58,10 @@ pub const CATALOGUE: Catalogue = &[
     )
     .labels(&[Label::known("decision", &["allow", "warn", "block"])]),
     Family::counter("antler_sandbox_fenced_calls_total", "Calls refused because a higher attempt of their run took over."),
+    Family::counter(
+        "antler_sandbox_fences_forgotten_total",
+        "Runs' fencing tokens forgotten before sandbox.fence_retention_secs because sandbox.fence_max_runs was reached.",
+    ),
     Family::counter("antler_sandbox_resolve_fallbacks_total", "Paths resolved in user space after openat2 kept answering EAGAIN."),
     Family::gauge(
         "antler_sandbox_provider",

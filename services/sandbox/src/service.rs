@@ -52,7 +52,10 @@ impl Sandboxes {
             runner,
             provider: selection.provider,
             unusable: selection.unusable,
-            fences: Fences::new(Duration::from_secs(config.fence_retention_secs)),
+            fences: Fences::new(
+                Duration::from_secs(config.fence_retention_secs),
+                usize::try_from(config.fence_max_runs).unwrap_or(usize::MAX),
+            ),
             converter: Arc::new(Converter::disabled(&config.uploads.convert, "document conversion was not started in this process")),
             config,
         }
