@@ -49,10 +49,16 @@ async fn create(runs: &mut RunServiceClient<Channel>, steps: serde_json::Value) 
 /// Follows `run_id` through `runs` to its END; each event with the delay between its write (its
 /// timestamp, written by the replica that appended it) and its receipt here, in ms.
 async fn follow_to_end(runs: &mut RunServiceClient<Channel>, run_id: &str) -> Result<Vec<(RunEvent, i64)>> {
-    let mut stream = runs.join_run(authed(JoinRunRequest { run_id: run_id.to_owned(), ..Default::default() }, ALICE)).await?.into_inner();
+    let stream = runs.join_run(authed(JoinRunRequest { run_id: run_id.to_owned(), ..Default::default() }, ALICE)).await?.into_inner();
+    to_end(stream, |m| m.event).await.with_context(|| format!("following {run_id}"))
+}
+
+/// The events of `stream` (heartbeats left out) up to its END, each with its delay as in
+/// [`follow_to_end`].
+async fn to_end<M>(mut stream: tonic::Streaming<M>, event_of: impl Fn(M) -> Option<RunEvent>) -> Result<Vec<(RunEvent, i64)>> {
     let mut seen = Vec::new();
     while let Some(message) = tokio::time::timeout(T, stream.next()).await.context("no event for 20 s")? {
-        let event = message?.event.unwrap_or_default();
+        let event = event_of(message?).unwrap_or_default();
         if matches!(event.kind, Some(run_event::Kind::Heartbeat(_))) {
             continue;
         }
@@ -63,7 +69,7 @@ async fn follow_to_end(runs: &mut RunServiceClient<Channel>, run_id: &str) -> Re
             return Ok(seen);
         }
     }
-    bail!("the stream of {run_id} closed before its END")
+    bail!("the stream closed before its END")
 }
 
 fn assert_contiguous(events: &[(RunEvent, i64)]) {
@@ -141,21 +147,9 @@ async fn a_stream_run_whose_run_another_replica_executes_gets_every_event_live()
 
     for round in 0..3 {
         let joined = now_ms();
-        let mut stream =
+        let stream =
             runs_b.stream_run(authed(StreamRunRequest { create: Some(run_request("", paced(8, 100))) }, ALICE)).await?.into_inner();
-        let mut events = Vec::new();
-        while let Some(message) = tokio::time::timeout(T, stream.next()).await.context("no event for 20 s")? {
-            let event = message?.event.unwrap_or_default();
-            if matches!(event.kind, Some(run_event::Kind::Heartbeat(_))) {
-                continue;
-            }
-            let delay = now_ms() - event_ms(&event);
-            events.push((event, delay));
-        }
-        assert!(
-            matches!(events.last().and_then(|(e, _)| e.kind.as_ref()), Some(run_event::Kind::End(_))),
-            "round {round}: the stream ends with END"
-        );
+        let events = to_end(stream, |m| m.event).await.with_context(|| format!("round {round}"))?;
         assert_contiguous(&events);
         check_live(&live_delays(&events, joined), &format!("round {round}: written on A, streamed from B"));
         let run_id = events[0].0.run_id.clone();

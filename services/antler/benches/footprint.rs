@@ -82,13 +82,7 @@ fn measure(runtime: &tokio::runtime::Runtime, bin: &str, settle: &[f64]) -> anyh
     let target = Target::start(bin, "all", &services::url(&db), &[1])?;
     std::thread::sleep(Duration::from_secs_f64(idle_secs));
     let idle = Footprint::read(target.pid)?;
-    let channels: Vec<Channel> = runtime.block_on(async {
-        let mut channels = Vec::new();
-        for _ in 0..connections {
-            channels.push(tonic::transport::Endpoint::from_shared(format!("http://{}", target.addr))?.connect().await?);
-        }
-        anyhow::Ok(channels)
-    })?;
+    let channels = runtime.block_on(target.channels(connections))?;
     let cpu0 = cpu_secs(target.pid)?;
     let took = runtime.block_on(burst(&channels, runs, inflight))?;
     let cpu = cpu_secs(target.pid)? - cpu0;

@@ -177,13 +177,7 @@ fn main() -> anyhow::Result<()> {
                     Some(target) => target,
                     None => Target::start(&bin, cpus, &url, &shapes)?,
                 };
-                let channels: Vec<Channel> = runtime.block_on(async {
-                    let mut channels = Vec::new();
-                    for _ in 0..connections {
-                        channels.push(tonic::transport::Endpoint::from_shared(format!("http://{}", target.addr))?.connect().await?);
-                    }
-                    anyhow::Ok(channels)
-                })?;
+                let channels = runtime.block_on(target.channels(connections))?;
                 let w = runtime.block_on(window(&target, &channels, turns, inflight, warmup, secs))?;
                 drop(channels);
                 target.stop()?;

@@ -92,6 +92,15 @@ impl Target {
         Ok(Self { addr: addr.unwrap_or_default(), pid, metrics, child: Some(child), _dir: Some(dir) })
     }
 
+    /// `n` connections to the server.
+    pub async fn channels(&self, n: usize) -> anyhow::Result<Vec<Channel>> {
+        let mut channels = Vec::new();
+        for _ in 0..n {
+            channels.push(tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))?.connect().await?);
+        }
+        Ok(channels)
+    }
+
     pub fn existing() -> anyhow::Result<Option<Self>> {
         let Ok(addr) = std::env::var("BENCH_ADDR") else { return Ok(None) };
         let pid = std::env::var("BENCH_SERVER_PID").context("BENCH_ADDR needs BENCH_SERVER_PID")?.parse()?;
