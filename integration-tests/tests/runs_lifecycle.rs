@@ -195,7 +195,7 @@ async fn multitask_strategies_reject_enqueue_interrupt_and_rollback() -> anyhow:
         // ENQUEUE: two runs wait, FIFO, and start when the active one ends.
         let mut queued = Vec::new();
         for word in ["one", "two"] {
-            let mut request = run_request("t-multi", json!([{"say": word}]));
+            let mut request = run_request("t-multi", json!([{"say": word}, {"checkpoint": true}]));
             request.multitask_strategy = MultitaskStrategy::Enqueue as i32;
             queued.push(runs.create_run(authed(request, ALICE)).await?.into_inner().run.unwrap_or_default());
         }
@@ -207,6 +207,22 @@ async fn multitask_strategies_reject_enqueue_interrupt_and_rollback() -> anyhow:
         let at = |t: &Option<prost_types::Timestamp>| t.as_ref().map(|t| (t.seconds, t.nanos)).unwrap_or_default();
         assert!(at(&one.started_at) <= at(&two.started_at), "FIFO");
         assert!(at(&one.finished_at) <= at(&two.started_at), "{backend:?}: the second started only after the first ended");
+        // Both were admitted on the same head, but each starts from the thread as its predecessor left
+        // it: the second continues the first's conversation.
+        let written = |run: &Run| {
+            let mut threads = threads.clone();
+            let run_id = run.run_id.clone();
+            async move {
+                let request =
+                    ListThreadHistoryRequest { thread_id: "t-multi".into(), run_id, include_messages: true, ..Default::default() };
+                let history = threads.list_thread_history(authed(request, ALICE)).await?.into_inner().checkpoints;
+                history.into_iter().next().ok_or_else(|| anyhow::anyhow!("no checkpoint"))
+            }
+        };
+        let (by_one, by_two) = (written(&one).await?, written(&two).await?);
+        assert_eq!(by_two.parent_checkpoint_id, by_one.checkpoint_id, "{backend:?}");
+        assert_eq!(by_two.messages.len(), by_one.messages.len() + 2, "{backend:?}: the second run starts from the first's state");
+        assert_eq!(by_two.messages[..by_one.messages.len()], by_one.messages[..], "{backend:?}");
 
         // INTERRUPT: the active run ends INTERRUPTED (superseded) in the same step, the new one runs.
         let long = runs
@@ -230,6 +246,7 @@ async fn multitask_strategies_reject_enqueue_interrupt_and_rollback() -> anyhow:
             .into_inner()
             .state
             .unwrap_or_default();
+        let messages_before = before.checkpoint.as_ref().map(|c| c.messages.clone()).unwrap_or_default();
         let head_before = before.checkpoint.map(|c| c.checkpoint_id).unwrap_or_default();
         let doomed = runs
             .create_run(authed(run_request("t-multi", json!([{"checkpoint": true}, {"wait_cancel": true}])), ALICE))
@@ -254,7 +271,12 @@ async fn multitask_strategies_reject_enqueue_interrupt_and_rollback() -> anyhow:
         assert_eq!(after.checkpoint_id, "", "started from the head");
         let history = threads
             .list_thread_history(authed(
-                ListThreadHistoryRequest { thread_id: "t-multi".into(), run_id: after.run_id.clone(), ..Default::default() },
+                ListThreadHistoryRequest {
+                    thread_id: "t-multi".into(),
+                    run_id: after.run_id.clone(),
+                    include_messages: true,
+                    ..Default::default()
+                },
                 ALICE,
             ))
             .await?
@@ -265,6 +287,11 @@ async fn multitask_strategies_reject_enqueue_interrupt_and_rollback() -> anyhow:
             Some(head_before),
             "{backend:?}: the new run continued from the pre-rollback head"
         );
+        // And from its state: the superseded run's input is gone, the new run's input and answer follow.
+        let start = messages_before.len();
+        let written = history.first().map(|c| c.messages.clone()).unwrap_or_default();
+        assert_eq!(written.len(), start + 2, "{backend:?}: the rolled-back run's messages are not the new run's");
+        assert_eq!(written[..start], messages_before[..], "{backend:?}");
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ pub mod user_caps;
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{EndEvent, RunError, RunUsage};
 use prost::Message;
-use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::sea_query::{Expr, ExprTrait, Func};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait};
 
 use antler_kit::redact::redact;
@@ -86,7 +86,9 @@ pub async fn end_run(
         return Ok(None);
     }
     metrics::counter!("antler_run_transitions_total", "to" => ending.status.as_str()).increment(1);
-    if ending.rollback {
+    // A run still queued never moved the head (and its base is not set before its turn): nothing to
+    // put back.
+    if ending.rollback && !run.queued {
         restore_head(db, run).await?;
     }
     let usage = RunUsage::decode(run.usage.as_slice()).unwrap_or_default();
@@ -114,6 +116,8 @@ pub async fn restore_head(db: &impl ConnectionTrait, run: &runs::Model) -> Resul
 /// Lets the oldest ENQUEUE run of a thread become its active run, if the thread has none. Returns
 /// whether one was promoted (the dispatcher should look for work). One statement (the choice and the
 /// check are subqueries of the UPDATE): it runs inside closing transactions that hold the writer.
+/// A queued run that names no checkpoint starts from the thread's head as it is now (its
+/// predecessors' work), not as it was when the run was admitted.
 pub async fn promote_next_queued(db: &impl ConnectionTrait, user_id: &str, thread_id: &str) -> Result<bool, RunsError> {
     let of_thread = || {
         runs::Entity::find()
@@ -130,8 +134,18 @@ pub async fn promote_next_queued(db: &impl ConnectionTrait, user_id: &str, threa
         .order_by_asc(runs::Column::RunId)
         .limit(1)
         .into_query();
+    let head = threads::Entity::find()
+        .select_only()
+        .column(threads::Column::HeadCheckpointId)
+        .filter(threads::Column::UserId.eq(user_id))
+        .filter(threads::Column::ThreadId.eq(thread_id))
+        .into_query();
     let promoted = runs::Entity::update_many()
         .col_expr(runs::Column::Queued, Expr::value(false))
+        .col_expr(
+            runs::Column::BaseCheckpointId,
+            Expr::from(Func::coalesce([Expr::col(runs::Column::BaseCheckpointId), Expr::SubQuery(None, Box::new(head.into()))])),
+        )
         .col_expr(runs::Column::UpdatedAt, Expr::value(now_ms()))
         .filter(Expr::col(runs::Column::RunId).eq(Expr::SubQuery(None, Box::new(next.into()))))
         .filter(Expr::exists(active).not())

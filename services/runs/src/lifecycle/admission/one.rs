@@ -121,9 +121,9 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
     check_capacity(engine, &*tx, user_id).await?;
     let run_id = run_id.to_owned();
     let (thread, new_thread) = thread_of(&*tx, user_id, req, &run_id, now).await?;
-    let base_checkpoint = base_checkpoint(&*tx, user_id, req, &thread).await?;
     let strategy = strategy_of(req);
     let placement = if new_thread { Placement::default() } else { apply_policy(&*tx, user_id, &thread, strategy, &mut effects).await? };
+    let base_checkpoint = base_checkpoint(&*tx, user_id, req, &thread, &placement).await?;
     if placement.queued {
         check_queue(engine, &*tx, user_id, &thread.thread_id).await?;
     }
@@ -140,7 +140,7 @@ async fn try_admit(engine: &Engine, user_id: &str, req: &CreateRunRequest, fp: &
         // final: when it moved, start over from it rather than run from a head that is no longer the
         // thread's (the rename would be lost under the run's first checkpoint). A ROLLBACK moved the
         // head itself (to the superseded run's base); a queued run waits for the active one anyway.
-        if req.checkpoint_id.is_empty() && !placement.queued && !placement.rolled_back && head_moved(&*tx, &thread).await? {
+        if req.checkpoint_id.is_empty() && !placement.queued && placement.restored.is_none() && head_moved(&*tx, &thread).await? {
             tracing::debug!(thread_id = %thread.thread_id, "the thread's head moved during admission; admitting again");
             return Ok(Attempt::HeadMoved);
         }
@@ -206,15 +206,22 @@ async fn thread_of(
 }
 
 /// The checkpoint the run starts from: the one the request names (which must be the thread's), or
-/// the thread's head.
+/// the thread's head — after the policy: a ROLLBACK put it back to the superseded run's base, and
+/// a queued run starts from the head its predecessors leave (None here: its promotion sets it, see
+/// `lifecycle::promote_next_queued`).
 async fn base_checkpoint(
     tx: &impl ConnectionTrait,
     user_id: &str,
     req: &CreateRunRequest,
     thread: &threads::Model,
+    placement: &Placement,
 ) -> Result<Option<String>, RunsError> {
     if req.checkpoint_id.is_empty() {
-        return Ok(thread.head_checkpoint_id.clone());
+        return Ok(match (&placement.restored, placement.queued) {
+            (_, true) => None,
+            (Some(restored), false) => restored.clone(),
+            (None, false) => thread.head_checkpoint_id.clone(),
+        });
     }
     let found = checkpoints::Entity::find_by_id(req.checkpoint_id.clone())
         .filter(checkpoints::Column::UserId.eq(user_id))
@@ -240,8 +247,8 @@ fn strategy_of(req: &CreateRunRequest) -> MultitaskStrategy {
 struct Placement {
     /// Behind the thread's active run (ENQUEUE, or an active run already finalizing).
     queued: bool,
-    /// The active run was superseded with ROLLBACK (the thread's head moved back).
-    rolled_back: bool,
+    /// The active run was superseded with ROLLBACK: the thread's head moved back to this (its base).
+    restored: Option<Option<String>>,
 }
 
 /// The multitask policy against the thread's active run: REJECT refuses, ENQUEUE queues, INTERRUPT /
@@ -264,9 +271,9 @@ async fn apply_policy(
     let Some(active) = active else { return Ok(Placement::default()) };
     match strategy {
         MultitaskStrategy::Reject | MultitaskStrategy::Unspecified => Err(active_run_conflict(&thread.thread_id, Some(&active.run_id))),
-        MultitaskStrategy::Enqueue => Ok(Placement { queued: true, rolled_back: false }),
+        MultitaskStrategy::Enqueue => Ok(Placement { queued: true, restored: None }),
         MultitaskStrategy::Interrupt | MultitaskStrategy::Rollback if active.status == Status::Finalizing => {
-            Ok(Placement { queued: true, rolled_back: false })
+            Ok(Placement { queued: true, restored: None })
         }
         MultitaskStrategy::Interrupt | MultitaskStrategy::Rollback => {
             let rollback = strategy == MultitaskStrategy::Rollback;
@@ -279,11 +286,15 @@ async fn apply_policy(
                 .filter(runs::Column::CancelAction.is_null())
                 .exec(tx)
                 .await?;
+            let mut restored = None;
             if let Some(end) = end_by_service(tx, &active, &[Status::Pending, Status::Running], &ending).await? {
                 effects.events.push(end);
+                if rollback {
+                    restored = Some(active.base_checkpoint_id.clone());
+                }
             }
             effects.superseded.push(active.run_id.clone());
-            Ok(Placement { queued: false, rolled_back: rollback })
+            Ok(Placement { queued: false, restored })
         }
     }
 }
