@@ -339,7 +339,7 @@ fn start_agent(
     engine: &Arc<Engine>,
     run: &runs::Model,
     request: CreateRunRequest,
-    resume_from: Option<Checkpoint>,
+    resume_from: Option<(Checkpoint, u32)>,
     resumed: bool,
     local: &LocalRun,
 ) -> Result<(tokio::task::JoinHandle<Outcome>, Arc<RunHost>), Box<Outcome>> {
@@ -351,6 +351,16 @@ fn start_agent(
             "this attempt runs without the run's secrets: they were never stored and were held by the replica that admitted the run"
         );
     }
+    // Where the attempt starts is the thread's head while the run is active: its first checkpoint's
+    // write checks that instead of reading the head first, and is encoded against this state
+    // instead of reading it again.
+    let start = resume_from.as_ref().map(|(c, depth)| crate::checkpoints::Full {
+        checkpoint_id: c.checkpoint_id.clone(),
+        messages: c.messages.clone(),
+        values: c.values.clone().unwrap_or_default(),
+        depth: *depth,
+    });
+    let resume_from = resume_from.map(|(c, _)| c);
     let spec = RunSpec {
         run_id: run.run_id.clone(),
         thread_id: run.thread_id.clone(),
@@ -370,7 +380,7 @@ fn start_agent(
         secret_names: spec.request.secrets.keys().cloned().collect(),
         context: spec.request.config.as_ref().and_then(|c| c.context.clone()),
     };
-    let mut host = RunHost::inheriting(engine.clone(), ids, local.clone(), inherit);
+    let mut host = RunHost::inheriting(engine.clone(), ids, local.clone(), inherit).with_start(start);
     if run.attempt == 1 {
         // Only this attempt writes a first attempt's usage: the admitted row's totals (none) are
         // the current ones, and the first step's write need not read them back.
@@ -439,7 +449,7 @@ async fn load_input(engine: &Engine, run_id: &str, request: &mut CreateRunReques
 
 /// Where the agent starts: on a resumed attempt, the run's own latest checkpoint; otherwise the
 /// thread's state when the run was admitted.
-async fn resume_point(engine: &Engine, run: &runs::Model, resumed: bool) -> Result<Option<Checkpoint>, crate::error::RunsError> {
+async fn resume_point(engine: &Engine, run: &runs::Model, resumed: bool) -> Result<Option<(Checkpoint, u32)>, crate::error::RunsError> {
     let row = if resumed {
         checkpoints::Entity::find()
             .filter(checkpoints::Column::RunId.eq(run.run_id.as_str()))
@@ -456,7 +466,7 @@ async fn resume_point(engine: &Engine, run: &runs::Model, resumed: bool) -> Resu
         (None, None) => None,
     };
     match row {
-        Some(row) => Ok(Some(crate::checkpoints::read(engine.store().db(), &row, true).await?.0)),
+        Some(row) => Ok(Some(crate::checkpoints::read(engine.store().db(), &row, true).await?)),
         None => Ok(None),
     }
 }

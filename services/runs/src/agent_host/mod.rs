@@ -71,11 +71,16 @@ struct Known {
     /// The checkpoint this attempt wrote last: the thread's head while the run is active (nothing
     /// else moves the head of a thread with an active run).
     head: Option<String>,
+    /// Before this attempt wrote a checkpoint: the head its first checkpoint should find, from where
+    /// the attempt started (the checkpoint it resumed from, or the run's base). Unverified: the write
+    /// that relies on it checks it in its own statement (see [`Parent::Expected`]).
+    expected_head: Option<Option<String>>,
     /// The run's usage totals as last written by this attempt (only the owner writes them while the
     /// run is RUNNING), so adding a call's usage needs no read.
     usage_total: Option<RunUsage>,
-    /// The whole (redacted) state of `head` as written, so the next checkpoint is stored as a delta
-    /// against it without reading it back. Taken by a checkpoint write and put back after it.
+    /// The whole (redacted) state of `head` as written (before the first write: of the starting
+    /// checkpoint, as read), so the next checkpoint is stored as a delta against it without reading
+    /// it back. Taken by a checkpoint write and put back after it.
     last: Option<crate::checkpoints::Full>,
     /// The `task` calls whose journal result (and END event) this attempt wrote.
     closed_tasks: Vec<String>,
@@ -101,6 +106,18 @@ impl RunHost {
     /// totals nobody but this attempt writes), so its first write of usage reads nothing.
     pub fn with_usage_total(self, total: RunUsage) -> Self {
         self.known.lock().unwrap_or_else(|p| p.into_inner()).usage_total = Some(total);
+        self
+    }
+
+    /// A host whose attempt started from `start` (the checkpoint it resumed from or the run's base,
+    /// as stored; None: an empty thread), so its first checkpoint's write need not read the thread's
+    /// head nor that checkpoint: it checks instead that the head is still `start`, and reads it only
+    /// when not.
+    pub fn with_start(self, start: Option<crate::checkpoints::Full>) -> Self {
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.expected_head = Some(start.as_ref().map(|s| s.checkpoint_id.clone()));
+        known.last = start;
+        drop(known);
         self
     }
 
@@ -156,10 +173,15 @@ impl RunHost {
     async fn write_batch(&self, batch: Batch) -> Result<(), Fenced> {
         self.check()?;
         let batch = Arc::new(batch);
-        let (known_head, known_usage, known_last) = {
+        let (parent, known_usage, known_last) = {
             let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
             let last = if batch.checkpoint.is_some() { known.last.take() } else { None };
-            (known.head.clone(), known.usage_total.clone(), last)
+            let parent = match (&known.head, &known.expected_head) {
+                (Some(head), _) => Parent::Known(head.clone()),
+                (None, Some(expected)) => Parent::Expected(expected.clone()),
+                (None, None) => Parent::Unknown,
+            };
+            (parent, known.usage_total.clone(), last)
         };
         let engine = &self.engine;
         let spec = &self.spec;
@@ -177,7 +199,7 @@ impl RunHost {
                     .await
                     .map(|written| written.map(|event| (vec![event], None, None)))
             }
-            _ => self.transaction(&batch, known_head, known_usage, known_last).await,
+            _ => self.transaction(&batch, parent, known_usage, known_last).await,
         };
         match result {
             Ok(Some((written, new_usage, last))) => {
@@ -211,15 +233,37 @@ impl RunHost {
     }
 
     /// The general write: one transaction with the ownership check and seq allocation (and usage),
-    /// the checkpoint, the thread's head and title, then the events. None when fenced.
+    /// the checkpoint, the thread's head and title, then the events. None when fenced. A checkpoint
+    /// encoded against an expected head that turns out not to be the thread's is rolled back and
+    /// written again against the head read from the store.
     async fn transaction(
         &self,
         batch: &Arc<Batch>,
-        known_head: Option<String>,
+        parent: Parent,
         known_usage: Option<RunUsage>,
         known_last: Option<crate::checkpoints::Full>,
     ) -> Result<Option<StepWritten>, RunsError> {
-        let step = Arc::new(StepWrite::prepare(&self.engine, &self.spec, batch.clone(), known_head, known_usage, known_last).await?);
+        let usage = known_usage.clone();
+        match self.write_step(batch, parent, known_usage, known_last).await {
+            Err(StepError::HeadMoved) => {
+                tracing::debug!(run_id = %self.spec.run_id, "the thread's head was not the attempt's starting checkpoint; reading it");
+                // Against the head read from the store nothing is checked: no second retry.
+                self.write_step(batch, Parent::Unknown, usage, None).await.map_err(RunsError::from)
+            }
+            other => other.map_err(RunsError::from),
+        }
+    }
+
+    async fn write_step(
+        &self,
+        batch: &Arc<Batch>,
+        parent: Parent,
+        known_usage: Option<RunUsage>,
+        known_last: Option<crate::checkpoints::Full>,
+    ) -> Result<Option<StepWritten>, StepError> {
+        let step = Arc::new(
+            StepWrite::prepare(&self.engine, &self.spec, batch.clone(), parent, known_usage, known_last).await.map_err(StepError::Runs)?,
+        );
         self.engine
             .store()
             .write(Priority::Lifecycle, move |tx| {
@@ -268,6 +312,57 @@ pub fn add_usage(total: &mut RunUsage, caller: &str, model: &str, usage: &Usage)
 /// checkpoint it wrote.
 type StepWritten = (Vec<RunEvent>, Option<RunUsage>, Option<crate::checkpoints::Full>);
 
+/// The parent of a step's checkpoint, as far as the host knows it before the write.
+enum Parent {
+    /// The checkpoint this attempt wrote last: the thread's head (nothing else moves the head of a
+    /// thread whose run is active).
+    Known(String),
+    /// Where the attempt started: the head the thread should have, checked by the write itself.
+    Expected(Option<String>),
+    /// Read from the thread before the write.
+    Unknown,
+}
+
+/// Why a step's write did not commit.
+#[derive(Debug, thiserror::Error)]
+enum StepError {
+    #[error(transparent)]
+    Runs(#[from] RunsError),
+    /// The thread's head was not the expected parent: rolled back, to be encoded again against the
+    /// head read from the store.
+    #[error(
+        "the thread's head is not the checkpoint the step was encoded against\nhint: the write is retried against the head read from the store"
+    )]
+    HeadMoved,
+}
+
+impl From<crate::store::StoreError> for StepError {
+    fn from(e: crate::store::StoreError) -> Self {
+        StepError::Runs(e.into())
+    }
+}
+
+impl From<sea_orm::DbErr> for StepError {
+    fn from(e: sea_orm::DbErr) -> Self {
+        StepError::Runs(e.into())
+    }
+}
+
+impl crate::store::Busy for StepError {
+    fn is_busy(&self) -> bool {
+        matches!(self, StepError::Runs(e) if e.is_busy())
+    }
+}
+
+impl From<StepError> for RunsError {
+    fn from(e: StepError) -> Self {
+        match e {
+            StepError::Runs(e) => e,
+            moved @ StepError::HeadMoved => RunsError::Aborted(moved.to_string()),
+        }
+    }
+}
+
 /// One write of [`RunHost::write_batch`], owned: it runs on the store's writer thread. What needs no
 /// lock is done before ([`StepWrite::prepare`]): the usage totals, the reads of the parent checkpoint
 /// and the checkpoint's redaction and encoding, so the write slot is held for statements only.
@@ -284,6 +379,9 @@ struct StepWrite {
 /// A step's checkpoint, encoded against its parent.
 struct EncodedCheckpoint {
     parent: Option<String>,
+    /// Whether `parent` is the head the thread is expected to have ([`Parent::Expected`]): the
+    /// write moves the head only from it, and rolls back otherwise.
+    checked: bool,
     encoded: crate::checkpoints::Encoded,
     /// Its whole (redacted) state, for the next step's delta: taken by the write that commits it
     /// (a retried write finds it gone, and the next step reads its parent back instead).
@@ -298,7 +396,7 @@ impl StepWrite {
         engine: &Engine,
         spec: &RunIds,
         batch: Arc<Batch>,
-        known_head: Option<String>,
+        parent: Parent,
         known_usage: Option<RunUsage>,
         known_last: Option<crate::checkpoints::Full>,
     ) -> Result<Self, RunsError> {
@@ -321,9 +419,11 @@ impl StepWrite {
         }
         let mut checkpoint = None;
         if let Some(c) = &batch.checkpoint {
-            let parent = match known_head {
-                Some(head) => Some(head),
-                None => crate::store::first(db, threads::Entity::find_by_id((spec.user_id.clone(), spec.thread_id.clone())))
+            let checked = matches!(parent, Parent::Expected(_));
+            let parent = match parent {
+                Parent::Known(head) => Some(head),
+                Parent::Expected(head) => head,
+                Parent::Unknown => crate::store::first(db, threads::Entity::find_by_id((spec.user_id.clone(), spec.thread_id.clone())))
                     .await?
                     .and_then(|t| t.head_checkpoint_id),
             };
@@ -364,12 +464,12 @@ impl StepWrite {
                 values: state.values.unwrap_or_default(),
                 depth: encoded.depth,
             };
-            checkpoint = Some(EncodedCheckpoint { parent, encoded, full: std::sync::Mutex::new(Some(full)) });
+            checkpoint = Some(EncodedCheckpoint { parent, checked, encoded, full: std::sync::Mutex::new(Some(full)) });
         }
         Ok(Self { worker_id: engine.worker_id().to_owned(), spec: spec.clone(), batch, now, usage_total, checkpoint })
     }
 
-    async fn write(&self, tx: &DatabaseTransaction) -> Result<Option<StepWritten>, RunsError> {
+    async fn write(&self, tx: &DatabaseTransaction) -> Result<Option<StepWritten>, StepError> {
         let StepWrite { worker_id, spec, batch, now, usage_total, checkpoint: encoded_checkpoint } = self;
         let now = *now;
         let Batch { events, title, checkpoint, results, .. } = &**batch;
@@ -386,7 +486,7 @@ impl StepWrite {
             return Ok(None);
         };
         let mut last = None;
-        if let (Some(c), Some(EncodedCheckpoint { parent, encoded, full })) = (checkpoint, encoded_checkpoint) {
+        if let (Some(c), Some(EncodedCheckpoint { parent, encoded, full, .. })) = (checkpoint, encoded_checkpoint) {
             crate::checkpoints::insert_blobs(tx, &spec.user_id, &spec.thread_id, &encoded.blobs, now).await?;
             metrics::counter!("antler_runs_checkpoint_bytes_total", "kind" => if encoded.snapshot { "snapshot" } else { "delta" })
                 .increment(encoded.state.len() as u64);
@@ -425,11 +525,22 @@ impl StepWrite {
             if let Some(title) = title {
                 update = update.col_expr(threads::Column::Title, Expr::value(title));
             }
-            update
+            let expected = encoded_checkpoint.as_ref().filter(|c| c.checked).map(|c| c.parent.as_deref());
+            update = match expected {
+                Some(Some(head)) => update.filter(threads::Column::HeadCheckpointId.eq(head)),
+                Some(None) => update.filter(threads::Column::HeadCheckpointId.is_null()),
+                None => update,
+            };
+            let moved = update
                 .filter(threads::Column::UserId.eq(spec.user_id.as_str()))
                 .filter(threads::Column::ThreadId.eq(spec.thread_id.as_str()))
                 .exec(tx)
-                .await?;
+                .await?
+                .rows_affected
+                == 0;
+            if moved && expected.is_some() {
+                return Err(StepError::HeadMoved);
+            }
         }
         Ok(Some((written, usage_total.clone(), last)))
     }
