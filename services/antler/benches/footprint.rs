@@ -12,7 +12,8 @@
 //! `antler` this bench was built with), `BENCH_BASELINE_BIN`, `BENCH_ROUNDS` (default 1), `BENCH_RUNS`
 //! (default 10000), `BENCH_INFLIGHT` (default 64), `BENCH_CONNECTIONS` (default 8),
 //! `BENCH_IDLE_SECS` (default 3), `BENCH_SETTLE_SECS` (comma-separated, default `1,15`),
-//! `BENCH_DATABASE_URL` (an admin `postgres://` URL: each server gets a fresh database, dropped after).
+//! `BENCH_DATABASE_URL` (an admin `postgres://` URL: each server gets a fresh database, dropped after),
+//! `BENCH_LOG` (the server's log filter, default `warn`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

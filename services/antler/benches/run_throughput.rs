@@ -18,7 +18,8 @@
 //! `BENCH_SHAPES` (turns per run, default `1,10`); `BENCH_SECS` (window, default 8);
 //! `BENCH_WARMUP_SECS` (default 2); `BENCH_CONNECTIONS` (default 8); `BENCH_DATABASE_URL` (an admin
 //! `postgres://` URL: each server gets a fresh database, dropped after); `ANTLER_BIN` (the server
-//! binary, default the `antler` this bench was built with); `BENCH_ADDR` + `BENCH_SERVER_PID` (drive a
+//! binary, default the `antler` this bench was built with); `BENCH_LOG` (the server's log filter,
+//! default `warn`; `antler up` logs at `info` by default); `BENCH_ADDR` + `BENCH_SERVER_PID` (drive a
 //! server that is already running, e.g. under a profiler, instead of starting one).
 
 use std::sync::Arc;

@@ -52,8 +52,11 @@ impl Target {
     pub fn start(bin: &str, cpus: &str, database_url: &str, shapes: &[usize]) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("antler.yaml");
+        // The server's log (to this process's stderr): `BENCH_LOG`, `warn` unless set (`info` is what
+        // `antler up` logs by default).
+        let log = std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".to_owned());
         let yaml = format!(
-            "server:\n  shutdown_grace_secs: 2\n  reload_interval_ms: 0\n  concurrency_limit: 100000\n  metrics:\n    listen: 127.0.0.1:0\n  log:\n    filter: warn\n\
+            "server:\n  shutdown_grace_secs: 2\n  reload_interval_ms: 0\n  concurrency_limit: 100000\n  metrics:\n    listen: 127.0.0.1:0\n  log:\n    filter: {log:?}\n\
              runs:\n  agent: lead\n  drain_secs: 0\n  max_concurrent_runs: 1000\n  max_streams: 100000\n  max_streams_per_user: 100000\n  database:\n    url: {database_url:?}\n\
              sandbox:\n  provider: local\n{}",
             models_yaml(shapes)
