@@ -180,6 +180,12 @@ pub struct DatabaseConfig {
     /// admissions' whole. Under a flood beside busy workers, admissions then go about as fast as runs
     /// finish (backpressure), not as fast as the writer could insert them.
     pub sqlite_admission_share_percent: u64,
+    /// SQLite: the most lifecycle writes (starts, event appends, checkpoints, finalizations) that
+    /// are committed together in one transaction, each in a savepoint of its own (1..1000; 1: each
+    /// its own). A group holds what waited for the writer while the one before it ran: every write
+    /// is acknowledged only after the COMMIT that holds it, so a bigger group adds at most its own
+    /// writes' time to the first one's latency and saves a commit per extra write.
+    pub sqlite_group_commit_max: u32,
     /// PostgreSQL: how long a session may sit inside a transaction without sending a statement before
     /// the server ends it, in milliseconds (`idle_in_transaction_session_timeout`; 0 = never). Antler's
     /// transactions are a few statements back to back; one that waits this long belongs to a replica
@@ -214,6 +220,7 @@ impl Default for DatabaseConfig {
             sqlite_busy_timeout_ms: 5_000,
             sqlite_wal_max_mib: 64,
             sqlite_admission_share_percent: 5,
+            sqlite_group_commit_max: 32,
             postgres_idle_in_transaction_timeout_ms: 10_000,
         }
     }
@@ -245,6 +252,7 @@ impl RunsConfig {
         check_range("runs.database.sqlite_busy_timeout_ms", db.sqlite_busy_timeout_ms, 0, 600_000)?;
         check_range("runs.database.sqlite_wal_max_mib", db.sqlite_wal_max_mib, 4, 65_536)?;
         check_range("runs.database.sqlite_admission_share_percent", db.sqlite_admission_share_percent, 1, 100)?;
+        check_range("runs.database.sqlite_group_commit_max", u64::from(db.sqlite_group_commit_max), 1, 1000)?;
         let idle = db.postgres_idle_in_transaction_timeout_ms;
         if idle != 0 && !(100..=3_600_000).contains(&idle) {
             return Err(ConfigError::OutOfRange {

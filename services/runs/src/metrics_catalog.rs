@@ -54,6 +54,7 @@ pub const CATALOGUE: Catalogue = &[
         .labels(&[Label::known("kind", &["snapshot", "delta"])]),
     Family::counter("antler_tokens_total", "Tokens written to runs' usage, by caller bucket.").labels(&[Label::known("caller", CALLER)]),
     Family::counter("antler_runs_wal_truncations_total", "SQLite WAL checkpoints that truncated the log."),
+    Family::sizes("antler_runs_sqlite_group_writes", "SQLite: lifecycle writes committed per group-commit transaction."),
     Family::seconds("antler_runs_sqlite_write_seconds", "SQLite: how long each write transaction held the write slot, by priority.")
         .labels(&[Label::known("priority", &["lifecycle", "admission"])]),
 ];

@@ -207,6 +207,35 @@ impl Direct {
         }
     }
 
+    /// SAVEPOINT around one write of a group (see `store::group`).
+    pub fn savepoint(&self) -> Result<(), DbErr> {
+        let mut inner = self.lock();
+        inner.depth = 0;
+        run(&inner.conn, "SAVEPOINT group_member").map_err(db_err)
+    }
+
+    /// RELEASE of a write that succeeded; an error when one of its own savepoints failed (its
+    /// statements cannot be trusted, nor the transaction's).
+    pub fn release(&self) -> Result<(), DbErr> {
+        let inner = self.lock();
+        inner.check()?;
+        run(&inner.conn, "RELEASE group_member").map_err(db_err)
+    }
+
+    /// Undoes a write that failed, and only it; an error when the transaction itself is gone (SQLite
+    /// rolls the whole of it back on some errors).
+    pub fn rollback_to(&self) -> Result<(), DbErr> {
+        let mut inner = self.lock();
+        inner.failed = None;
+        inner.depth = 0;
+        run(&inner.conn, "ROLLBACK TO group_member").map_err(db_err)?;
+        run(&inner.conn, "RELEASE group_member").map_err(db_err)?;
+        if inner.conn.is_autocommit() {
+            return Err(db_err("the group's transaction was rolled back by SQLite"));
+        }
+        Ok(())
+    }
+
     /// ROLLBACK, when a transaction is open.
     pub fn rollback(&self) {
         let inner = self.lock();

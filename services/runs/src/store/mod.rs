@@ -10,6 +10,7 @@
 
 pub mod direct;
 pub mod entity;
+pub mod group;
 pub mod migration;
 pub mod slot;
 pub mod writer;
@@ -200,6 +201,9 @@ pub struct Store {
     /// SQLite in a file: the writer thread's own connection, on which those transactions execute
     /// their statements synchronously (see [`direct`]).
     direct: Option<Direct>,
+    /// With `direct`: the lifecycle's writes committed in groups (see [`group`]); None when
+    /// `sqlite_group_commit_max` is 1.
+    group: Option<Arc<group::GroupCommit>>,
     /// SQLite: the connection of the WAL checkpointer (and of the last checkpoint at shutdown).
     checkpoints: Option<DatabaseConnection>,
     /// Stops the background task (SQLite: the WAL checkpointer; PostgreSQL: the statistics refresh)
@@ -413,8 +417,17 @@ impl Store {
         } else {
             None
         };
-        let mut store =
-            Self { db, control, writer, write_slot, writer_thread, direct: None, checkpoints, _checkpointer: checkpointer.or(statistics) };
+        let mut store = Self {
+            db,
+            control,
+            writer,
+            write_slot,
+            writer_thread,
+            direct: None,
+            group: None,
+            checkpoints,
+            _checkpointer: checkpointer.or(statistics),
+        };
         // Replicas starting together race to migrate; the loser sees the winner's tables on a retry.
         antler_kit::store::migrate::<migration::Migrator>(&store.db, "migration").await?;
         // After the migration: the connection finds the file and its tables in place. (An in-memory
@@ -423,7 +436,11 @@ impl Store {
         let in_memory = url.contains("mode=memory");
         if let Some(file) = sqlite_file(&url).filter(|_| sqlite && !in_memory) {
             match Direct::open(&file, busy, wal_limit) {
-                Ok(direct) => store.direct = Some(direct),
+                Ok(direct) => {
+                    store.direct = Some(direct);
+                    store.group =
+                        (config.sqlite_group_commit_max > 1).then(|| Arc::new(group::GroupCommit::new(config.sqlite_group_commit_max)));
+                }
                 Err(error) => tracing::warn!(
                     %error,
                     file = %file.display(),
@@ -509,6 +526,9 @@ impl Store {
         F: for<'t> Fn(&'t DatabaseTransaction) -> futures::future::BoxFuture<'t, Result<T, E>> + Send + Sync + 'static,
     {
         match &self.writer_thread {
+            Some(thread) if priority == Priority::Lifecycle && self.group.is_some() && self.direct.is_some() => {
+                self.write_grouped(thread, Arc::new(op)).await
+            }
             Some(thread) => {
                 let store = self.clone();
                 thread.run(async move { store.write_here(priority, &op).await }).await.map_err(|e| {
@@ -517,6 +537,50 @@ impl Store {
             }
             None => self.write_here(priority, &op).await,
         }
+    }
+
+    /// [`Store::write`] of a lifecycle write on the writer's connection: in the next group's
+    /// transaction (see [`group`]), retried on a busy database as a write of its own is. The write
+    /// is queued from the caller's thread, so writes that arrive while a group runs on the writer
+    /// thread (which does not yield meanwhile) are in the next one.
+    async fn write_grouped<T, E, F>(&self, thread: &Arc<WriterThread>, op: Arc<F>) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Busy + std::fmt::Display + Send + 'static,
+        F: for<'t> Fn(&'t DatabaseTransaction) -> futures::future::BoxFuture<'t, Result<T, E>> + Send + Sync + 'static,
+    {
+        let (Some(direct), Some(slot), Some(group)) = (&self.direct, &self.write_slot, &self.group) else {
+            return self.write_here(Priority::Lifecycle, &*op).await;
+        };
+        self.retry_busy(|| async {
+            let result: Arc<std::sync::Mutex<Option<Result<T, E>>>> = Arc::default();
+            let (member, committed) = {
+                let (op, result) = (op.clone(), result.clone());
+                group::Member::new(move |tx| {
+                    Box::pin(async move {
+                        let outcome = op(tx).await;
+                        let ok = outcome.is_ok();
+                        *result.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+                        ok
+                    })
+                })
+            };
+            if group.join(member) {
+                let (group, direct, slot) = (group.clone(), direct.clone(), slot.clone());
+                thread.spawn(async move { group.lead(&direct, &slot).await });
+            }
+            let committed = committed.await.unwrap_or_else(|_| Err("the runs writer stopped before the group committed".to_owned()));
+            let outcome = result.lock().unwrap_or_else(|p| p.into_inner()).take();
+            match (outcome, committed) {
+                (Some(Err(error)), _) => Err(error),
+                (Some(Ok(value)), Ok(())) => Ok(value),
+                (_, Err(error)) => Err(E::from(StoreError::Db(DbErr::Custom(format!("SQLite (runs writer): {error}"))))),
+                (None, Ok(())) => Err(E::from(StoreError::Db(DbErr::Custom(
+                    "SQLite (runs writer): the write did not run in its group (sea-orm could not open its transaction)".to_owned(),
+                )))),
+            }
+        })
+        .await
     }
 
     async fn write_here<T, E, F>(&self, priority: Priority, op: &F) -> Result<T, E>
@@ -561,18 +625,18 @@ impl Store {
 /// A transaction open on the writer's [`Direct`] connection: rolled back unless committed, also when
 /// the write is dropped half-way (its caller went away, the writer thread stopped), so SQLite's write
 /// lock is never left held for the pool's writer to run into.
-struct OpenDirect<'d> {
+pub(super) struct OpenDirect<'d> {
     direct: &'d Direct,
     done: bool,
 }
 
 impl<'d> OpenDirect<'d> {
-    fn begin(direct: &'d Direct) -> Result<Self, StoreError> {
+    pub(super) fn begin(direct: &'d Direct) -> Result<Self, StoreError> {
         direct.begin()?;
         Ok(Self { direct, done: false })
     }
 
-    fn commit(mut self) -> Result<(), StoreError> {
+    pub(super) fn commit(mut self) -> Result<(), StoreError> {
         self.done = true;
         Ok(self.direct.commit()?)
     }

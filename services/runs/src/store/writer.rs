@@ -48,6 +48,12 @@ impl WriterThread {
     pub async fn run<T: Send + 'static>(&self, task: impl Future<Output = T> + Send + 'static) -> Result<T, tokio::task::JoinError> {
         self.handle.spawn(task).await
     }
+
+    /// Starts `task` on the writer thread without waiting for it (it reports through channels of
+    /// its own; it is dropped if the thread stops first).
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        drop(self.handle.spawn(task));
+    }
 }
 
 impl Drop for WriterThread {
