@@ -13,13 +13,15 @@
 //! leader task on the writer thread, which takes the write slot, runs the writes queued by then (at
 //! most `runs.database.sqlite_group_commit_max`), commits, gives the slot back (so admissions keep
 //! their share) and goes on while writes are queued. Queuing on the writer thread itself grouped
-//! nothing: it runs a group without yielding, so the tasks that arrived meanwhile had not queued. A group that cannot commit
-//! fails every write in it; a busy database (another process holds the lock) fails them with the
-//! error [`Store::retry_busy`](super::Store::retry_busy) retries, each write joining a later group.
+//! nothing: it runs a group without yielding, so the tasks that arrived meanwhile had not queued.
+//! A group that cannot commit fails every write in it; a busy database (another process holds the
+//! lock) fails them with the error [`Store::retry_busy`](super::Store::retry_busy) retries, each
+//! write joining a later group. A write that panics fails alone.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use sea_orm::{DatabaseTransaction, TransactionTrait};
 use tokio::sync::oneshot;
@@ -85,7 +87,20 @@ impl GroupCommit {
     /// Runs groups until none is queued: the task of whoever's [`GroupCommit::join`] said so, on the
     /// writer thread (as every write on `direct`); callers wait for their own group only.
     pub async fn lead(&self, direct: &Direct, slot: &Arc<WriteSlot>) {
+        // Should this task end half-way (the writer stopping), the next write starts a new leader
+        // instead of queuing behind one that is gone.
+        struct StepDown<'g>(Option<&'g GroupCommit>);
+        impl Drop for StepDown<'_> {
+            fn drop(&mut self) {
+                if let Some(group) = self.0 {
+                    group.queue().leading = false;
+                }
+            }
+        }
+        let mut step_down = StepDown(Some(self));
         while self.run_next(direct, slot).await {}
+        // Stepped down in `run_next`, under the queue's lock.
+        step_down.0 = None;
     }
 
     /// Runs the next group; true when more are queued (still leading), false when it stepped down.
@@ -135,7 +150,8 @@ async fn run_group(direct: &Direct, group: Vec<Member>) {
         }
         let ok = match direct.db().begin().await {
             Ok(tx) => {
-                let ok = (member.run)(&tx).await;
+                // A write that panics fails alone (its caller hears it did not complete).
+                let ok = std::panic::AssertUnwindSafe((member.run)(&tx)).catch_unwind().await.unwrap_or(false);
                 if ok {
                     // Depth 0 of sea-orm's nesting is the store's: no statement.
                     let _ = tx.commit().await;
@@ -195,6 +211,46 @@ mod tests {
         // (At least: the WAL checkpointer may take the slot once meanwhile.)
         let grants = writes_with_one_slow(config).await;
         assert!(grants >= 41, "{grants}");
+    }
+
+    /// A write that panics in a group fails alone: the others in its group commit, and later writes
+    /// still find a leader.
+    #[tokio::test]
+    async fn a_write_that_panics_fails_alone() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&crate::config::DatabaseConfig::default(), dir.path()).await.expect("store");
+        let write = |id: &'static str, panics: bool, hold: Duration| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .write(Priority::Lifecycle, move |tx| {
+                        Box::pin(async move {
+                            threads::Entity::insert(thread(id.to_owned())).exec_without_returning(tx).await?;
+                            tokio::time::sleep(hold).await;
+                            assert!(!panics, "this write panics on purpose");
+                            Ok::<_, StoreError>(())
+                        })
+                    })
+                    .await
+            })
+        };
+        let slow = write("slow", false, Duration::from_millis(200));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (panicking, after) = (write("panics", true, Duration::ZERO), write("after", false, Duration::ZERO));
+        slow.await.expect("join").expect("slow");
+        assert!(panicking.await.expect("join").is_err(), "the panicking write reports an error");
+        after.await.expect("join").expect("the write grouped with it");
+        write("later", false, Duration::ZERO).await.expect("join").expect("a later write");
+        let mut kept: Vec<String> = threads::Entity::find()
+            .filter(threads::Column::UserId.eq("u"))
+            .all(store.db())
+            .await
+            .expect("read")
+            .into_iter()
+            .map(|t| t.thread_id)
+            .collect();
+        kept.sort();
+        assert_eq!(kept, ["after", "later", "slow"]);
     }
 
     /// One slow write, then 40 while it runs (every tenth failing after its insert); the write slot's

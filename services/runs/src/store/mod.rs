@@ -576,7 +576,7 @@ impl Store {
                 (Some(Ok(value)), Ok(())) => Ok(value),
                 (_, Err(error)) => Err(E::from(StoreError::Db(DbErr::Custom(format!("SQLite (runs writer): {error}"))))),
                 (None, Ok(())) => Err(E::from(StoreError::Db(DbErr::Custom(
-                    "SQLite (runs writer): the write did not run in its group (sea-orm could not open its transaction)".to_owned(),
+                    "SQLite (runs writer): the write did not complete in its group (it panicked, or sea-orm could not open its transaction)".to_owned(),
                 )))),
             }
         })
