@@ -243,12 +243,13 @@ impl RunHost {
         known_usage: Option<RunUsage>,
         known_last: Option<crate::checkpoints::Full>,
     ) -> Result<Option<StepWritten>, RunsError> {
-        let usage = known_usage.clone();
         match self.write_step(batch, parent, known_usage, known_last).await {
             Err(StepError::HeadMoved) => {
                 tracing::debug!(run_id = %self.spec.run_id, "the thread's head was not the attempt's starting checkpoint; reading it");
-                // Against the head read from the store nothing is checked: no second retry.
-                self.write_step(batch, Parent::Unknown, usage, None).await.map_err(RunsError::from)
+                // Against the head read from the store nothing is checked: no second retry. The usage
+                // totals are read back too (the rolled-back write left the stored ones current), so
+                // the common path keeps no copy of them for this rare one.
+                self.write_step(batch, Parent::Unknown, None, None).await.map_err(RunsError::from)
             }
             other => other.map_err(RunsError::from),
         }

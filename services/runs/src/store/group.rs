@@ -213,6 +213,14 @@ mod tests {
         assert!(grants >= 41, "{grants}");
     }
 
+    /// The threads the writes left, sorted.
+    async fn kept(store: &Store) -> Vec<String> {
+        let threads = threads::Entity::find().filter(threads::Column::UserId.eq("u")).all(store.db()).await.expect("read");
+        let mut kept: Vec<String> = threads.into_iter().map(|t| t.thread_id).collect();
+        kept.sort();
+        kept
+    }
+
     /// A write that panics in a group fails alone: the others in its group commit, and later writes
     /// still find a leader.
     #[tokio::test]
@@ -241,16 +249,7 @@ mod tests {
         assert!(panicking.await.expect("join").is_err(), "the panicking write reports an error");
         after.await.expect("join").expect("the write grouped with it");
         write("later", false, Duration::ZERO).await.expect("join").expect("a later write");
-        let mut kept: Vec<String> = threads::Entity::find()
-            .filter(threads::Column::UserId.eq("u"))
-            .all(store.db())
-            .await
-            .expect("read")
-            .into_iter()
-            .map(|t| t.thread_id)
-            .collect();
-        kept.sort();
-        assert_eq!(kept, ["after", "later", "slow"]);
+        assert_eq!(kept(&store).await, ["after", "later", "slow"]);
     }
 
     /// One slow write, then 40 while it runs (every tenth failing after its insert); the write slot's
@@ -301,18 +300,9 @@ mod tests {
             assert_eq!(outcome.is_err(), i % 10 == 3, "write {i}: {outcome:?}");
         }
         let grants = slot.grants() - before;
-        let mut kept: Vec<String> = threads::Entity::find()
-            .filter(threads::Column::UserId.eq("u"))
-            .all(store.db())
-            .await
-            .expect("read")
-            .into_iter()
-            .map(|t| t.thread_id)
-            .collect();
-        kept.sort();
         let mut expected: Vec<String> = (0..40).filter(|i| i % 10 != 3).map(|i| format!("t{i}")).chain(["slow".to_owned()]).collect();
         expected.sort();
-        assert_eq!(kept, expected);
+        assert_eq!(kept(&store).await, expected);
         grants
     }
 }

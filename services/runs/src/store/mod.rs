@@ -525,10 +525,12 @@ impl Store {
         E: From<StoreError> + Busy + std::fmt::Display + Send + 'static,
         F: for<'t> Fn(&'t DatabaseTransaction) -> futures::future::BoxFuture<'t, Result<T, E>> + Send + Sync + 'static,
     {
+        if let (Priority::Lifecycle, Some(thread), Some(direct), Some(slot), Some(group)) =
+            (priority, &self.writer_thread, &self.direct, &self.write_slot, &self.group)
+        {
+            return self.write_grouped(thread, direct, slot, group, Arc::new(op)).await;
+        }
         match &self.writer_thread {
-            Some(thread) if priority == Priority::Lifecycle && self.group.is_some() && self.direct.is_some() => {
-                self.write_grouped(thread, Arc::new(op)).await
-            }
             Some(thread) => {
                 let store = self.clone();
                 thread.run(async move { store.write_here(priority, &op).await }).await.map_err(|e| {
@@ -543,15 +545,19 @@ impl Store {
     /// transaction (see [`group`]), retried on a busy database as a write of its own is. The write
     /// is queued from the caller's thread, so writes that arrive while a group runs on the writer
     /// thread (which does not yield meanwhile) are in the next one.
-    async fn write_grouped<T, E, F>(&self, thread: &Arc<WriterThread>, op: Arc<F>) -> Result<T, E>
+    async fn write_grouped<T, E, F>(
+        &self,
+        thread: &WriterThread,
+        direct: &Direct,
+        slot: &Arc<WriteSlot>,
+        group: &Arc<group::GroupCommit>,
+        op: Arc<F>,
+    ) -> Result<T, E>
     where
         T: Send + 'static,
         E: From<StoreError> + Busy + std::fmt::Display + Send + 'static,
         F: for<'t> Fn(&'t DatabaseTransaction) -> futures::future::BoxFuture<'t, Result<T, E>> + Send + Sync + 'static,
     {
-        let (Some(direct), Some(slot), Some(group)) = (&self.direct, &self.write_slot, &self.group) else {
-            return self.write_here(Priority::Lifecycle, &*op).await;
-        };
         self.retry_busy(|| async {
             let result: Arc<std::sync::Mutex<Option<Result<T, E>>>> = Arc::default();
             let (member, committed) = {
@@ -569,14 +575,16 @@ impl Store {
                 let (group, direct, slot) = (group.clone(), direct.clone(), slot.clone());
                 thread.spawn(async move { group.lead(&direct, &slot).await });
             }
-            let committed = committed.await.unwrap_or_else(|_| Err("the runs writer stopped before the group committed".to_owned()));
+            let committed = committed.await.unwrap_or_else(|_| {
+                Err("the runs writer stopped before the write's group committed (the service is stopping); nothing of it is known to be written".to_owned())
+            });
             let outcome = result.lock().unwrap_or_else(|p| p.into_inner()).take();
             match (outcome, committed) {
                 (Some(Err(error)), _) => Err(error),
                 (Some(Ok(value)), Ok(())) => Ok(value),
                 (_, Err(error)) => Err(E::from(StoreError::Db(DbErr::Custom(format!("SQLite (runs writer): {error}"))))),
                 (None, Ok(())) => Err(E::from(StoreError::Db(DbErr::Custom(
-                    "SQLite (runs writer): the write did not complete in its group (it panicked, or sea-orm could not open its transaction)".to_owned(),
+"SQLite (runs writer): the write did not complete in its group, and nothing of it was written (it panicked, or sea-orm could not open its transaction)\nhint: a panic is a bug: the log has its message and place".to_owned(),
                 )))),
             }
         })
