@@ -39,7 +39,7 @@ pub struct SandboxConfig {
     /// remembered after the run's last call, in seconds.
     pub fence_retention_secs: u64,
     /// The most runs whose fencing token is remembered; past it the least recently used tenth is
-    /// forgotten at once (about 200 bytes each: the map's slot and the two ids).
+    /// forgotten at once (one map entry each, holding the run's two ids).
     pub fence_max_runs: u64,
     /// Command execution.
     pub commands: CommandsConfig,
