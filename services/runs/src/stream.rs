@@ -102,25 +102,61 @@ pub async fn append_setting(
     kinds: Vec<Kind>,
     columns: Vec<(runs::Column, sea_orm::Value)>,
 ) -> Result<Option<Vec<RunEvent>>, RunsError> {
+    let update = SeqUpdate { count: kinds.len(), columns, conditions: Vec::new(), returning: Vec::new() };
+    append_returning(db, run_id, thread_id, writer, update, |_| Ok(kinds)).await
+}
+
+/// The seq-allocating UPDATE of [`append_returning`]: how many seqs, which columns of the run's row
+/// it also sets, which conditions the row must also meet, and which columns it also returns.
+pub struct SeqUpdate {
+    pub count: usize,
+    pub columns: Vec<(runs::Column, sea_orm::Value)>,
+    pub conditions: Vec<sea_orm::sea_query::SimpleExpr>,
+    pub returning: Vec<runs::Column>,
+}
+
+/// [`append_setting`] for events made from the run's row as the UPDATE left it: `kinds` gets the
+/// returned row (`last_seq` and `update.returning`) and must give `update.count` events. Returns None,
+/// with nothing written, when the row does not meet the writer's or `update.conditions`' terms.
+pub async fn append_returning(
+    db: &impl ConnectionTrait,
+    run_id: &str,
+    thread_id: &str,
+    writer: Writer<'_>,
+    update: SeqUpdate,
+    kinds: impl FnOnce(&sea_orm::QueryResult) -> Result<Vec<Kind>, RunsError>,
+) -> Result<Option<Vec<RunEvent>>, RunsError> {
     let now = now_ms();
-    let count = kinds.len() as i64;
-    let mut update = sea_orm::sea_query::Query::update();
-    update
+    let count = update.count as i64;
+    let mut statement = sea_orm::sea_query::Query::update();
+    statement
         .table(runs::Entity)
         .value(runs::Column::LastSeq, Expr::col(runs::Column::LastSeq).add(count))
         .value(runs::Column::UpdatedAt, now)
         .and_where(runs::Column::RunId.eq(run_id))
-        .returning_col(runs::Column::LastSeq);
-    for (column, value) in columns {
-        update.value(column, value);
+        .returning(sea_orm::sea_query::Query::returning().columns(std::iter::once(runs::Column::LastSeq).chain(update.returning)));
+    for (column, value) in update.columns {
+        statement.value(column, value);
+    }
+    for condition in update.conditions {
+        statement.and_where(condition);
     }
     if let Writer::Owner(worker) = writer {
-        update
+        statement
             .and_where(runs::Column::OwnerWorkerId.eq(worker))
             .and_where(runs::Column::Status.is_in([Status::Running, Status::Finalizing]));
     }
-    let Some(returned) = db.query_one(&update).await? else { return Ok(None) };
+    let Some(returned) = db.query_one(&statement).await? else { return Ok(None) };
     let last: i64 = returned.try_get("", "last_seq")?;
+    let kinds = kinds(&returned)?;
+    if kinds.len() != update.count {
+        // A caller's bug, caught before anything is inserted: the transaction is rolled back.
+        return Err(RunsError::from(sea_orm::DbErr::Custom(format!(
+            "append: {} seqs were allocated for {} events\nhint: SeqUpdate.count must be the number of events the closure makes",
+            update.count,
+            kinds.len()
+        ))));
+    }
     if kinds.is_empty() {
         return Ok(Some(Vec::new()));
     }

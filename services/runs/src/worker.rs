@@ -373,7 +373,8 @@ fn start_agent(
         tokens_before: <antler_proto::runs::RunUsage as prost::Message>::decode(run.usage.as_slice()).map(|u| u.total_tokens).unwrap_or(0),
     };
     let (agent, n) = engine.build_agent(&spec).map_err(|error| Box::new(Outcome::Failed(error)))?;
-    tracing::info!(run_id = %run.run_id, constructed_total = n, "agent constructed");
+    // DEBUG, not INFO: at the default level a run logs one line, `run finished` (#32).
+    tracing::debug!(run_id = %run.run_id, constructed_total = n, "agent constructed");
     let ids =
         RunIds { run_id: spec.run_id.clone(), thread_id: spec.thread_id.clone(), user_id: spec.user_id.clone(), attempt: spec.attempt };
     let inherit = Inherited {

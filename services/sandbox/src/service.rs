@@ -124,7 +124,8 @@ impl Sandboxes {
             ));
         }
         let (sandbox, created) = self.registry.acquire(user_id, thread_id).await?;
-        tracing::info!(sandbox_id = %sandbox.id, thread_id, created, "sandbox acquired");
+        // DEBUG, not INFO: at the default level a run logs one line, `run finished` (#32).
+        tracing::debug!(sandbox_id = %sandbox.id, thread_id, created, "sandbox acquired");
         Ok((sandbox, created))
     }
 

@@ -98,7 +98,8 @@ async fn drive(agent: &LeadAgent, env: &RunEnv) -> Result<String, LoopError> {
     let cancel = ctx.cancelled();
     let limit = i64::from(ctx.spec.request.config.as_ref().map(|c| c.recursion_limit).filter(|l| *l > 0).unwrap_or(100));
     let (mut state, continuing) = initial_state(env).await?;
-    tracing::info!(run_id = %ctx.spec.run_id, attempt = ctx.spec.attempt, continuing, step = state.step, layers = ?agent.pipeline.names(), "lead agent started");
+    // DEBUG, not INFO: at the default level a run logs one line, `run finished` (#32).
+    tracing::debug!(run_id = %ctx.spec.run_id, attempt = ctx.spec.attempt, continuing, step = state.step, layers = ?agent.pipeline.names(), "lead agent started");
     agent.pipeline.before_agent(env, &mut state).await?;
     if !continuing {
         // The input as the before_agent layers left it (stamped, uploads announced).

@@ -1,18 +1,18 @@
 //! FINALIZING: the exclusive step between the agent's last word and the terminal status. It writes
 //! the delivery receipt exactly once, then the terminal status, then END — always last.
 //!
-//! Both steps are one transaction: RUNNING → FINALIZING (receipt and `final_status`), then the
-//! terminal status with the DELIVERY and END events. A worker that dies before the commit leaves the
-//! run RUNNING (taken over like any other); after it, the run is closed; nothing is in between. (They
-//! were two commits until #32: two more transactions and eight more statements per run on the one
-//! SQLite writer, for a window in which nothing happens.) A FINALIZING row found by the sweeper
+//! Both steps are one transaction and, since #32, one UPDATE of the run's row: RUNNING → FINALIZING
+//! (receipt and `final_status`) → the terminal status, with the DELIVERY and END events. A worker that
+//! dies before the commit leaves the run RUNNING (taken over like any other); after it, the run is
+//! closed; nothing is in between. (They were two commits, then two UPDATEs in one commit, until #32:
+//! the FINALIZING row was never visible to anyone, and each form cost the one SQLite writer
+//! statements per run for a window in which nothing happens.) A FINALIZING row found by the sweeper
 //! (written by an older replica) is still closed without anything being re-run (`lease::sweep`).
 
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{DeliveryReceipt, EndEvent, RunError, RunEvent, RunUsage};
 use prost::Message;
-use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, EntityTrait};
 
 use std::sync::Arc;
 
@@ -24,7 +24,7 @@ use crate::error::RunsError;
 use crate::status::Status;
 use crate::store::entity::runs;
 use crate::store::{Priority, now_ms};
-use crate::stream::{Writer, append_setting};
+use crate::stream::{SeqUpdate, Writer, append_returning};
 
 pub use antler_agent::{Outcome, Outputs};
 
@@ -174,38 +174,49 @@ enum Closed {
     },
 }
 
-/// The closing transaction: RUNNING → FINALIZING (receipt and intended status), the DELIVERY and END
-/// events with the terminal status, the thread's next queued run, and (with `hand_over`) the next
-/// startable run — one commit, six statements.
+/// The closing transaction: RUNNING → FINALIZING → the terminal status, with the receipt, the
+/// intended status (`final_status`), the DELIVERY and END events, the thread's next queued run, and
+/// (with `hand_over`) the next startable run — one commit. RUNNING → FINALIZING → terminal is one
+/// UPDATE: FINALIZING is never stored on this path (nothing could see it: it was only ever held
+/// inside this transaction), so writing it and then overwriting it was a statement per run for nothing.
 async fn close(tx: &DatabaseTransaction, c: &Closing) -> Result<Closed, RunsError> {
     let run = &c.run;
     let worker = c.worker.as_str();
     let now = now_ms();
     // A completion only wins while no cancel was requested: the first cancel request beats a
     // completion that races it.
-    let entered = if c.cancelled {
+    let closed = if c.cancelled {
         None
     } else {
-        runs::Entity::update_many()
-            .col_expr(runs::Column::Status, Expr::value(Status::Finalizing))
-            .col_expr(runs::Column::FinalStatus, Expr::value(c.status))
-            .col_expr(runs::Column::StopReason, Expr::value(c.stop_reason.clone()))
-            .col_expr(runs::Column::ErrorCode, Expr::value(c.error.as_ref().map(|e| e.code.clone())))
-            .col_expr(
-                runs::Column::ErrorMessage,
-                Expr::value(c.error.as_ref().map(|e| antler_kit::redact::redact(&e.message).into_owned())),
-            )
-            .col_expr(runs::Column::Delivery, Expr::value(c.receipt.encode_to_vec()))
-            .col_expr(runs::Column::UpdatedAt, Expr::value(now))
-            .filter(runs::Column::RunId.eq(run.run_id.as_str()))
-            .filter(runs::Column::OwnerWorkerId.eq(worker))
-            .filter(runs::Column::Status.eq(Status::Running))
-            .filter(runs::Column::CancelAction.is_null())
-            .exec_with_returning(tx)
-            .await?
-            .pop()
+        let update = SeqUpdate {
+            count: 2,
+            columns: vec![
+                (runs::Column::Status, c.status.into()),
+                (runs::Column::FinalStatus, Some(c.status).into()),
+                (runs::Column::StopReason, c.stop_reason.clone().into()),
+                (runs::Column::ErrorCode, c.error.as_ref().map(|e| e.code.clone()).into()),
+                (runs::Column::ErrorMessage, c.error.as_ref().map(|e| antler_kit::redact::redact(&e.message).into_owned()).into()),
+                (runs::Column::Delivery, c.receipt.encode_to_vec().into()),
+                (runs::Column::FinishedAt, now.into()),
+                (runs::Column::LeaseExpiresAt, Option::<i64>::None.into()),
+            ],
+            conditions: vec![runs::Column::Status.eq(Status::Running), runs::Column::CancelAction.is_null()],
+            returning: vec![runs::Column::Usage],
+        };
+        // The receipt, then END (always last), in the statement that also makes the status terminal.
+        append_returning(tx, &run.run_id, &run.thread_id, Writer::Owner(worker), update, |row| {
+            let usage: Vec<u8> = row.try_get("", "usage")?;
+            let end = Kind::End(EndEvent {
+                status: c.status.to_proto() as i32,
+                stop_reason: c.stop_reason.clone(),
+                error: c.error.clone(),
+                usage: Some(RunUsage::decode(usage.as_slice()).unwrap_or_default()),
+            });
+            Ok(vec![Kind::Delivery(c.receipt.clone()), end])
+        })
+        .await?
     };
-    let Some(entered) = entered else {
+    let Some(events) = closed else {
         // Cancelled, or a cancel request raced this completion and won: the run ends INTERRUPTED
         // here, in one step — nothing remains to deliver, so there is no FINALIZING and no receipt.
         let current = runs::Entity::find_by_id(run.run_id.clone()).one(tx).await?;
@@ -217,28 +228,6 @@ async fn close(tx: &DatabaseTransaction, c: &Closing) -> Result<Closed, RunsErro
         let promoted = promote_next_queued(tx, &run.user_id, &run.thread_id).await?;
         return Ok(Closed::Interrupted { end, promoted, stop_reason: ending.stop_reason });
     };
-    let usage = RunUsage::decode(entered.usage.as_slice()).unwrap_or_default();
-    let end = Kind::End(EndEvent {
-        status: c.status.to_proto() as i32,
-        stop_reason: c.stop_reason.clone(),
-        error: c.error.clone(),
-        usage: Some(usage),
-    });
-    // The receipt, then END (always last), in the statement that also makes the status terminal.
-    let terminal = vec![
-        (runs::Column::Status, sea_orm::Value::from(c.status)),
-        (runs::Column::FinishedAt, sea_orm::Value::from(now)),
-        (runs::Column::LeaseExpiresAt, sea_orm::Value::from(Option::<i64>::None)),
-    ];
-    let events =
-        append_setting(tx, &run.run_id, &run.thread_id, Writer::Owner(worker), vec![Kind::Delivery(c.receipt.clone()), end], terminal)
-            .await?
-            // The row was FINALIZING and ours a statement ago, in this transaction.
-            .ok_or_else(|| {
-                RunsError::from(sea_orm::DbErr::Custom(
-                    "finalize: the run's closing events were refused right after FINALIZING was entered".to_owned(),
-                ))
-            })?;
     let promoted = promote_next_queued(tx, &run.user_id, &run.thread_id).await?;
     let next = match &c.hand_over {
         Some(claimant) => start::start_next_in(tx, claimant).await?,
