@@ -123,6 +123,12 @@ async fn a_run_with_several_tool_rounds_succeeds_with_receipt_title_and_usage() 
     for name in ["bash", "ls", "read_file", "write_file", "str_replace", "glob", "grep", "present_files", "ask_clarification"] {
         assert!(tools.contains(&name), "{name} missing from {tools:?}");
     }
+    // The schemas travel as JSON text (ToolSpec.parameters_json) and reach the provider as written.
+    let read_file = requests[0]["tools"].as_array().and_then(|t| t.iter().find(|t| t["function"]["name"] == "read_file")).cloned();
+    let schema = read_file.map(|t| t["function"]["parameters"].clone()).unwrap_or_default();
+    assert_eq!(schema["type"], "object", "{schema}");
+    assert_eq!(schema["properties"]["start_line"]["type"], "integer", "{schema}");
+    assert_eq!(schema["required"], serde_json::json!(["description", "path"]), "{schema}");
     let second = request_messages(&requests[1]);
     assert_eq!(second[0].0, "system");
     let results: Vec<&(String, String)> = second.iter().filter(|(role, _)| role == "tool").collect();

@@ -100,7 +100,7 @@ fn tool_spec(name: &str) -> ToolSpec {
         Value::Object(map) => Some(antler_proto_struct(&map)),
         _ => None,
     };
-    ToolSpec { name: name.to_owned(), description: format!("{name} a path"), parameters }
+    ToolSpec { name: name.to_owned(), description: format!("{name} a path"), parameters, ..ToolSpec::default() }
 }
 
 fn antler_proto_struct(map: &serde_json::Map<String, Value>) -> prost_types::Struct {

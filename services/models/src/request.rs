@@ -92,6 +92,27 @@ fn valid_tool_name(name: &str) -> bool {
 
 pub use crate::tool_intern::CallTool;
 
+/// The top of a tool schema given as JSON text: only `type` is read, every other member is skipped
+/// without being built (a full `serde_json::Value` would allocate the whole tree on every call).
+#[derive(serde::Deserialize)]
+struct SchemaTop<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// `ToolSpec.parameters_json` must be a JSON object whose `type`, when given, is "object" (the rule
+/// `parameters` follows).
+fn check_schema_text(text: &str) -> Result<(), String> {
+    if !text.trim_start().starts_with('{') {
+        return Err("must be a JSON object (a JSON Schema such as {\"type\": \"object\"})".to_owned());
+    }
+    match serde_json::from_str::<SchemaTop<'_>>(text) {
+        Err(error) => Err(format!("is not valid JSON: {error}")),
+        Ok(SchemaTop { kind: Some(kind) }) if kind != "object" => Err("must be a JSON Schema with \"type\": \"object\"".to_owned()),
+        Ok(_) => Ok(()),
+    }
+}
+
 impl ChatCall {
     /// Validates a wire request. Field names in errors are the request's own (`messages[2].role`).
     pub fn from_proto(request: ChatRequest, received: Instant) -> Result<Self, ModelError> {
@@ -115,6 +136,15 @@ impl ChatCall {
                 && !matches!(&kind.kind, Some(prost_types::value::Kind::StringValue(s)) if s == "object")
             {
                 return Err(ModelError::invalid(format!("tools[{i}].parameters"), "must be a JSON Schema with \"type\": \"object\""));
+            }
+            if !tool.parameters_json.is_empty() {
+                if tool.parameters.is_some() {
+                    return Err(ModelError::invalid(
+                        format!("tools[{i}].parameters_json"),
+                        "is set together with parameters; set one of the two",
+                    ));
+                }
+                check_schema_text(&tool.parameters_json).map_err(|why| ModelError::invalid(format!("tools[{i}].parameters_json"), why))?;
             }
         }
 
@@ -362,6 +392,24 @@ pub(crate) mod tests {
         let mut message = user("a");
         message.tool_calls.push(ToolCall { id: "c".into(), name: "a".into(), ..ToolCall::default() });
         assert_eq!(field_of(ChatRequest { messages: vec![message], ..ChatRequest::default() }), "messages[0].tool_calls");
+    }
+
+    #[test]
+    fn a_schema_as_text_is_checked_and_kept_as_sent() {
+        let base = || ChatRequest { messages: vec![user("a")], ..ChatRequest::default() };
+        let tool = |json: &str| ToolSpec { name: "t".into(), parameters_json: json.into(), ..ToolSpec::default() };
+        for bad in ["[1]", "not json", r#"{"type": "string"}"#, r#"{"type": "object""#] {
+            assert_eq!(field_of(ChatRequest { tools: vec![tool(bad)], ..base() }), "tools[0].parameters_json", "{bad}");
+        }
+        let both = ToolSpec { parameters: Some(prost_types::Struct::default()), ..tool("{}") };
+        assert_eq!(field_of(ChatRequest { tools: vec![both], ..base() }), "tools[0].parameters_json");
+
+        let text = r#"{"type":"object","properties":{"n":{"type":"integer","maximum":3}}}"#;
+        let call =
+            ChatCall::from_proto(ChatRequest { tools: vec![tool(text)], ..base() }, Instant::now()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(call.tools[0].parameters.as_deref(), Some(text), "the text is kept as sent (integers stay integers)");
+        let untyped = ChatCall::from_proto(ChatRequest { tools: vec![tool(r#" {"properties": {}}"#)], ..base() }, Instant::now());
+        assert!(untyped.is_ok(), "a schema without `type` is accepted, as with parameters");
     }
 
     #[test]

@@ -36,11 +36,16 @@ impl CallTool {
 }
 
 impl From<ToolSpec> for CallTool {
+    /// A validated tool (`ChatCall::from_proto`): `parameters_json` is taken as it is (no copy),
+    /// `parameters` is turned into the same text.
     fn from(tool: ToolSpec) -> Self {
-        let parameters = tool
-            .parameters
-            .as_ref()
-            .map(|p| serde_json::Value::Object(antler_kit::json::struct_to_map(p, antler_kit::json::Numbers::WholeAsInteger)).to_string());
+        let parameters = if tool.parameters_json.is_empty() {
+            tool.parameters.as_ref().map(|p| {
+                serde_json::Value::Object(antler_kit::json::struct_to_map(p, antler_kit::json::Numbers::WholeAsInteger)).to_string()
+            })
+        } else {
+            Some(tool.parameters_json)
+        };
         Self { name: tool.name, description: tool.description, parameters }
     }
 }

@@ -24,7 +24,7 @@ async fn thinking_with_signature_redacted_thinking_text_and_tool_use_stream_in_o
     let service = serve(&claude(&upstream.url(), "")).await?;
     let mut req = request("claude", "list my files");
     req.thinking_enabled = true;
-    req.tools = vec![antler_proto::common::ToolSpec { name: "ls".into(), description: "list".into(), parameters: None }];
+    req.tools = vec![antler_proto::common::ToolSpec { name: "ls".into(), description: "list".into(), ..Default::default() }];
     let (deltas, finish) = stream(&service.client, req).await?;
 
     let kinds: Vec<&str> = deltas

@@ -61,8 +61,8 @@ async fn split_tool_call_arguments_and_parallel_calls_are_reassembled() -> anyho
     let service = serve(&config(&openai_model("gpt", &upstream.url(), ""))).await?;
     let mut req = request("gpt", "read a.txt and list");
     req.tools = vec![
-        ToolSpec { name: "read_file".into(), description: "read".into(), parameters: None },
-        ToolSpec { name: "bash".into(), description: "run".into(), parameters: None },
+        ToolSpec { name: "read_file".into(), description: "read".into(), ..Default::default() },
+        ToolSpec { name: "bash".into(), description: "run".into(), ..Default::default() },
     ];
     let (deltas, finish) = stream(&service.client, req).await?;
 

@@ -20,15 +20,15 @@ pub mod user_caps;
 use antler_proto::runs::run_event::Kind;
 use antler_proto::runs::{EndEvent, RunError, RunUsage};
 use prost::Message;
-use sea_orm::sea_query::{Expr, ExprTrait, Func};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait};
+use sea_orm::sea_query::Expr;
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 
 use antler_kit::redact::redact;
 
 use crate::error::RunsError;
 use crate::status::Status;
 use crate::store::entity::{runs, threads};
-use crate::store::now_ms;
+use crate::store::{now_ms, statement};
 use crate::stream::{Writer, append};
 use antler_proto::runs::RunEvent;
 
@@ -118,39 +118,21 @@ pub async fn restore_head(db: &impl ConnectionTrait, run: &runs::Model) -> Resul
 /// check are subqueries of the UPDATE): it runs inside closing transactions that hold the writer.
 /// A queued run that names no checkpoint starts from the thread's head as it is now (its
 /// predecessors' work), not as it was when the run was admitted.
+///
+/// Written as SQL text, not built with sea-query: every closing runs it, almost always to promote
+/// nothing, and building it (three subqueries) took ~360 allocations per run on the SQLite writer
+/// thread (heaptrack, #32) — more than executing it. The text is the same every time, so SQLite's
+/// statement cache keeps it prepared.
 pub async fn promote_next_queued(db: &impl ConnectionTrait, user_id: &str, thread_id: &str) -> Result<bool, RunsError> {
-    let of_thread = || {
-        runs::Entity::find()
-            .select_only()
-            .column(runs::Column::RunId)
-            .filter(runs::Column::UserId.eq(user_id))
-            .filter(runs::Column::ThreadId.eq(thread_id))
-    };
-    let active = of_thread().filter(runs::Column::Status.is_in(Status::ACTIVE)).filter(runs::Column::Queued.eq(false)).into_query();
-    let next = of_thread()
-        .filter(runs::Column::Status.eq(Status::Pending))
-        .filter(runs::Column::Queued.eq(true))
-        .order_by_asc(runs::Column::CreatedAt)
-        .order_by_asc(runs::Column::RunId)
-        .limit(1)
-        .into_query();
-    let head = threads::Entity::find()
-        .select_only()
-        .column(threads::Column::HeadCheckpointId)
-        .filter(threads::Column::UserId.eq(user_id))
-        .filter(threads::Column::ThreadId.eq(thread_id))
-        .into_query();
-    let promoted = runs::Entity::update_many()
-        .col_expr(runs::Column::Queued, Expr::value(false))
-        .col_expr(
-            runs::Column::BaseCheckpointId,
-            Expr::from(Func::coalesce([Expr::col(runs::Column::BaseCheckpointId), Expr::SubQuery(None, Box::new(head.into()))])),
-        )
-        .col_expr(runs::Column::UpdatedAt, Expr::value(now_ms()))
-        .filter(Expr::col(runs::Column::RunId).eq(Expr::SubQuery(None, Box::new(next.into()))))
-        .filter(Expr::exists(active).not())
-        .exec(db)
-        .await?
-        .rows_affected;
+    const PROMOTE: &str = "UPDATE runs SET queued = FALSE, \
+         base_checkpoint_id = COALESCE(base_checkpoint_id, (SELECT head_checkpoint_id FROM threads WHERE user_id = ? AND thread_id = ?)), \
+         updated_at = ? \
+         WHERE run_id = (SELECT run_id FROM runs WHERE user_id = ? AND thread_id = ? AND status = 'pending' AND queued = TRUE \
+                         ORDER BY created_at, run_id LIMIT 1) \
+         AND NOT EXISTS (SELECT 1 FROM runs WHERE user_id = ? AND thread_id = ? \
+                         AND status IN ('pending', 'running', 'finalizing') AND queued = FALSE)";
+    let (user, thread) = (sea_orm::Value::from(user_id), sea_orm::Value::from(thread_id));
+    let values = vec![user.clone(), thread.clone(), now_ms().into(), user.clone(), thread.clone(), user, thread];
+    let promoted = db.execute_raw(statement(db.get_database_backend(), PROMOTE, values)).await?.rows_affected();
     Ok(promoted > 0)
 }

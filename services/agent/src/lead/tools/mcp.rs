@@ -61,9 +61,15 @@ impl std::fmt::Display for McpCatalog {
 impl McpTool {
     fn from_proto(tool: antler_proto::mcp::Tool) -> Self {
         let read_only = tool.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false);
-        let parameters = tool.input_schema.or_else(|| Some(antler_kit::json::json_text_to_struct(r#"{"type":"object"}"#)));
+        // As JSON text (see `spec_with_schema`), converted once per attempt rather than per model call.
+        let parameters_json = match &tool.input_schema {
+            Some(schema) => {
+                serde_json::Value::Object(antler_kit::json::struct_to_map(schema, antler_kit::json::Numbers::WholeAsInteger)).to_string()
+            }
+            None => r#"{"type":"object"}"#.to_owned(),
+        };
         Self {
-            spec: Arc::new(ToolSpec { name: tool.name, description: tool.description, parameters }),
+            spec: Arc::new(ToolSpec { name: tool.name, description: tool.description, parameters: None, parameters_json }),
             server: tool.server,
             read_only,
             deferred: tool.deferred,
@@ -117,7 +123,7 @@ impl Tool for McpTool {
     }
 
     fn parameters(&self) -> Value {
-        self.spec.parameters.as_ref().map(antler_kit::json::struct_to_json).unwrap_or_else(|| serde_json::json!({"type": "object"}))
+        serde_json::from_str(&self.spec.parameters_json).unwrap_or_else(|_| serde_json::json!({"type": "object"}))
     }
 
     fn side_effect(&self) -> bool {
@@ -260,7 +266,7 @@ mod tests {
         assert!(tool(None).side_effect());
         assert!(tool(Some(false)).side_effect());
         assert!(!tool(Some(true)).side_effect());
-        assert!(tool(None).spec.parameters.is_some(), "a tool without a schema gets an empty object schema");
+        assert_eq!(tool(None).spec.parameters_json, r#"{"type":"object"}"#, "a tool without a schema gets an empty object schema");
     }
 
     #[test]

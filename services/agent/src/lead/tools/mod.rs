@@ -106,6 +106,15 @@ pub struct ToolSet {
     tools: Vec<Arc<dyn Tool>>,
 }
 
+/// A tool as the model is shown it, its schema as JSON text (`ToolSpec.parameters_json`, not the
+/// `parameters` Struct): every model call sends every tool, and as a Struct each schema was a tree of
+/// maps and values built, encoded and decoded again per call — a third of all allocations of a
+/// one-step run (heaptrack, #32). A null schema (no arguments) is sent as none.
+pub fn spec_with_schema(name: String, description: String, schema: &Value) -> ToolSpec {
+    let parameters_json = if schema.is_null() { String::new() } else { schema.to_string() };
+    ToolSpec { name, description, parameters: None, parameters_json }
+}
+
 /// The schema of each built-in tool, built once per process: every run and every model call sends
 /// the same ones, and a per-run copy of them was the largest thing a run waiting on its model held
 /// (about 40 KiB).
@@ -121,16 +130,7 @@ fn cached_spec(tool: &dyn Tool) -> Arc<ToolSpec> {
     }
     specs
         .entry(tool.name().to_owned())
-        .or_insert_with(|| {
-            Arc::new(ToolSpec {
-                name: tool.name().to_owned(),
-                description: tool.description().to_owned(),
-                parameters: match antler_kit::json::json_to_value(&tool.parameters()).kind {
-                    Some(prost_types::value::Kind::StructValue(s)) => Some(s),
-                    _ => None,
-                },
-            })
-        })
+        .or_insert_with(|| Arc::new(spec_with_schema(tool.name().to_owned(), tool.description().to_owned(), &tool.parameters())))
         .clone()
 }
 

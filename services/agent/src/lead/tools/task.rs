@@ -64,14 +64,7 @@ impl Task {
             },
             "required": ["description", "prompt", "subagent_type"]
         });
-        let spec = ToolSpec {
-            name: "task".to_owned(),
-            description,
-            parameters: match antler_kit::json::json_to_value(&parameters).kind {
-                Some(prost_types::value::Kind::StructValue(s)) => Some(s),
-                _ => None,
-            },
-        };
+        let spec = super::spec_with_schema("task".to_owned(), description, &parameters);
         Self { types: Arc::new(types), spec: Arc::new(spec) }
     }
 }
@@ -115,7 +108,7 @@ impl Tool for Task {
     }
 
     fn parameters(&self) -> Value {
-        self.spec.parameters.as_ref().map(antler_kit::json::struct_to_json).unwrap_or(Value::Null)
+        serde_json::from_str(&self.spec.parameters_json).unwrap_or(Value::Null)
     }
 
     fn own_spec(&self) -> Option<Arc<ToolSpec>> {

@@ -106,7 +106,7 @@ fn the_body_carries_tools_usage_option_and_replayed_reasoning() -> Result<(), Mo
     c.tools = vec![std::sync::Arc::new(crate::request::CallTool::from(ToolSpec {
         name: "ls".into(),
         description: "list".into(),
-        parameters: None,
+        ..ToolSpec::default()
     }))];
     let mut settings = Map::new();
     settings.insert("extra_body".into(), json!({ "thinking": { "type": "disabled" } }));

@@ -78,14 +78,7 @@ impl InvokeAcpAgent {
             },
             "required": ["agent", "prompt"]
         });
-        let spec = Arc::new(ToolSpec {
-            name: NAME.to_owned(),
-            description,
-            parameters: match antler_kit::json::json_to_value(&parameters).kind {
-                Some(prost_types::value::Kind::StructValue(s)) => Some(s),
-                _ => None,
-            },
-        });
+        let spec = Arc::new(super::spec_with_schema(NAME.to_owned(), description, &parameters));
         Some(Self { agents: agents.clone(), config: config.clone(), policy, spec })
     }
 }
