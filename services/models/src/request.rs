@@ -92,12 +92,12 @@ fn valid_tool_name(name: &str) -> bool {
 
 pub use crate::tool_intern::CallTool;
 
-/// The top of a tool schema given as JSON text: only `type` is read, every other member is skipped
-/// without being built (a full `serde_json::Value` would allocate the whole tree on every call).
+/// The top of a tool schema given as JSON text: only `type` is built, every other member is skipped
+/// (a full `serde_json::Value` would allocate the whole tree on every call).
 #[derive(serde::Deserialize)]
-struct SchemaTop<'a> {
-    #[serde(rename = "type", borrow, default)]
-    kind: Option<std::borrow::Cow<'a, str>>,
+struct SchemaTop {
+    #[serde(rename = "type", default)]
+    kind: Option<serde_json::Value>,
 }
 
 /// `ToolSpec.parameters_json` must be a JSON object whose `type`, when given, is "object" (the rule
@@ -106,7 +106,7 @@ fn check_schema_text(text: &str) -> Result<(), String> {
     if !text.trim_start().starts_with('{') {
         return Err("must be a JSON object (a JSON Schema such as {\"type\": \"object\"})".to_owned());
     }
-    match serde_json::from_str::<SchemaTop<'_>>(text) {
+    match serde_json::from_str::<SchemaTop>(text) {
         Err(error) => Err(format!("is not valid JSON: {error}")),
         Ok(SchemaTop { kind: Some(kind) }) if kind != "object" => Err("must be a JSON Schema with \"type\": \"object\"".to_owned()),
         Ok(_) => Ok(()),
@@ -398,9 +398,11 @@ pub(crate) mod tests {
     fn a_schema_as_text_is_checked_and_kept_as_sent() {
         let base = || ChatRequest { messages: vec![user("a")], ..ChatRequest::default() };
         let tool = |json: &str| ToolSpec { name: "t".into(), parameters_json: json.into(), ..ToolSpec::default() };
-        for bad in ["[1]", "not json", r#"{"type": "string"}"#, r#"{"type": "object""#] {
+        for bad in ["[1]", "not json", r#"{"type": "string"}"#, r#"{"type": ["object"]}"#, r#"{"type": "object""#] {
             assert_eq!(field_of(ChatRequest { tools: vec![tool(bad)], ..base() }), "tools[0].parameters_json", "{bad}");
         }
+        let array_type = ChatCall::from_proto(ChatRequest { tools: vec![tool(r#"{"type": ["object"]}"#)], ..base() }, Instant::now());
+        assert!(format!("{:?}", array_type.err()).contains("must be a JSON Schema"), "a wrong type is named as such, not as bad JSON");
         let both = ToolSpec { parameters: Some(prost_types::Struct::default()), ..tool("{}") };
         assert_eq!(field_of(ChatRequest { tools: vec![both], ..base() }), "tools[0].parameters_json");
 

@@ -120,9 +120,9 @@ pub async fn restore_head(db: &impl ConnectionTrait, run: &runs::Model) -> Resul
 /// predecessors' work), not as it was when the run was admitted.
 ///
 /// Written as SQL text, not built with sea-query: every closing runs it, almost always to promote
-/// nothing, and building it (three subqueries) took ~360 allocations per run on the SQLite writer
-/// thread (heaptrack, #32) — more than executing it. The text is the same every time, so SQLite's
-/// statement cache keeps it prepared.
+/// nothing, and building it (three subqueries) was one of the largest sources of allocations on the
+/// SQLite writer thread (heaptrack, #32: 689,896 while 1,737 runs ended). The text is the same every
+/// time, so SQLite's statement cache keeps it prepared.
 pub async fn promote_next_queued(db: &impl ConnectionTrait, user_id: &str, thread_id: &str) -> Result<bool, RunsError> {
     const PROMOTE: &str = "UPDATE runs SET queued = FALSE, \
          base_checkpoint_id = COALESCE(base_checkpoint_id, (SELECT head_checkpoint_id FROM threads WHERE user_id = ? AND thread_id = ?)), \

@@ -108,8 +108,9 @@ pub struct ToolSet {
 
 /// A tool as the model is shown it, its schema as JSON text (`ToolSpec.parameters_json`, not the
 /// `parameters` Struct): every model call sends every tool, and as a Struct each schema was a tree of
-/// maps and values built, encoded and decoded again per call — a third of all allocations of a
-/// one-step run (heaptrack, #32). A null schema (no arguments) is sent as none.
+/// maps and values built, encoded and decoded again per call — the largest source of a one-step
+/// run's allocations (heaptrack, #32: figures in the runs README). A null schema (no arguments) is
+/// sent as none.
 pub fn spec_with_schema(name: String, description: String, schema: &Value) -> ToolSpec {
     let parameters_json = if schema.is_null() { String::new() } else { schema.to_string() };
     ToolSpec { name, description, parameters: None, parameters_json }
