@@ -97,11 +97,25 @@ pub struct Encoded {
 /// Encodes `state` (already redacted, messages and values whole) against `parent`, its parent's
 /// whole state (None: the thread's first checkpoint, or a parent not known → a snapshot).
 pub fn encode(state: &Checkpoint, parent: Option<&Full>, policy: Policy) -> Encoded {
-    let values = state.values.clone().unwrap_or_default();
-    let mut header = state.clone();
-    header.messages = Vec::new();
+    // The header is the state without its messages (stored apart below) and, for a delta, without
+    // its values. Built field by field: cloning the whole state and then emptying the clone's
+    // messages copied the whole conversation at every step (heaptrack's largest site in ten-turn
+    // runs, #32).
     let keep = parent.map(|p| common_prefix(&p.messages, &state.messages)).unwrap_or(0);
     let delta_parent = parent.filter(|p| p.depth + 1 < policy.snapshot_every && (keep > 0 || p.messages.is_empty()));
+    let Checkpoint { checkpoint_id, parent_checkpoint_id, step, values, created_at, run_id, messages: _, source } = state;
+    let header = Checkpoint {
+        checkpoint_id: checkpoint_id.clone(),
+        parent_checkpoint_id: parent_checkpoint_id.clone(),
+        step: *step,
+        values: if delta_parent.is_some() { None } else { values.clone() },
+        created_at: *created_at,
+        run_id: run_id.clone(),
+        messages: Vec::new(),
+        source: source.clone(),
+    };
+    let no_values = prost_types::Struct::default();
+    let values = values.as_ref().unwrap_or(&no_values);
     let mut blobs = Vec::new();
     let mut stored_message = |m: &Message| {
         let len = m.encoded_len();
@@ -116,7 +130,6 @@ pub fn encode(state: &Checkpoint, parent: Option<&Full>, policy: Policy) -> Enco
     };
     let stored = match delta_parent {
         Some(parent) => {
-            header.values = None;
             let mut set = prost_types::Struct::default();
             for (key, value) in &values.fields {
                 if parent.values.fields.get(key) != Some(value) {
@@ -365,9 +378,14 @@ mod tests {
         assert_eq!((stored.depth, stored.keep, stored.messages.len()), (1, 2, 1));
         assert_eq!(stored.set_values.map(|s| s.fields.keys().cloned().collect::<Vec<_>>()), Some(vec!["todos".to_owned()]));
         assert_eq!(stored.removed_keys, vec!["gone".to_owned()]);
+        // A delta's header is the state without messages or values; a snapshot's keeps the values.
+        let header = stored.header.unwrap_or_default();
+        assert_eq!(header, Checkpoint { messages: Vec::new(), values: None, ..next.clone() });
         // The parent is 3 deltas from its snapshot: the next is a snapshot.
         let deep = Full { depth: 3, ..parent.clone() };
-        assert!(Stored::decode(encode(&next, Some(&deep), POLICY).state.as_slice())?.snapshot);
+        let snapshot = Stored::decode(encode(&next, Some(&deep), POLICY).state.as_slice())?;
+        assert!(snapshot.snapshot);
+        assert_eq!(snapshot.header.unwrap_or_default(), Checkpoint { messages: Vec::new(), ..next.clone() });
         // A list replaced from the first message on (a summarization) is a snapshot.
         let replaced = state("c", vec![text("summary"), text("two")], &[]);
         assert!(Stored::decode(encode(&replaced, Some(&parent), POLICY).state.as_slice())?.snapshot);
