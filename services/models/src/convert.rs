@@ -1,7 +1,7 @@
 //! Tool-call argument text ⇄ `google.protobuf.Struct`, shared by the gateway and the providers. The conversion
 //! itself is `antler_kit::json`; tool arguments write whole numbers as integers (`Numbers::WholeAsInteger`).
 
-use antler_kit::json::{Numbers, map_to_struct, struct_to_map};
+use antler_kit::json::{Numbers, map_to_struct, struct_to_json_text_as};
 use prost_types::Struct;
 use serde_json::Value;
 
@@ -20,7 +20,7 @@ pub fn parse_arguments(raw: &str) -> Result<Struct, String> {
 /// The JSON text of a tool call's arguments as sent back upstream.
 pub fn arguments_text(call: &antler_proto::common::ToolCall) -> String {
     match &call.arguments {
-        Some(args) => Value::Object(struct_to_map(args, Numbers::WholeAsInteger)).to_string(),
+        Some(args) => struct_to_json_text_as(args, Numbers::WholeAsInteger),
         None if !call.raw_arguments.is_empty() => call.raw_arguments.clone(),
         None => "{}".to_owned(),
     }
@@ -29,6 +29,7 @@ pub fn arguments_text(call: &antler_proto::common::ToolCall) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use antler_kit::json::struct_to_map;
     use serde_json::json;
 
     #[test]

@@ -92,6 +92,9 @@ fn valid_tool_name(name: &str) -> bool {
 
 pub use crate::tool_intern::CallTool;
 
+/// A tool schema's rule, whichever form it comes in (`parameters` or `parameters_json`).
+const OBJECT_SCHEMA: &str = "must be a JSON Schema with \"type\": \"object\"";
+
 /// The top of a tool schema given as JSON text: only `type` is built, every other member is skipped
 /// (a full `serde_json::Value` would allocate the whole tree on every call).
 #[derive(serde::Deserialize)]
@@ -108,7 +111,7 @@ fn check_schema_text(text: &str) -> Result<(), String> {
     }
     match serde_json::from_str::<SchemaTop>(text) {
         Err(error) => Err(format!("is not valid JSON: {error}")),
-        Ok(SchemaTop { kind: Some(kind) }) if kind != "object" => Err("must be a JSON Schema with \"type\": \"object\"".to_owned()),
+        Ok(SchemaTop { kind: Some(kind) }) if kind != "object" => Err(OBJECT_SCHEMA.to_owned()),
         Ok(_) => Ok(()),
     }
 }
@@ -135,7 +138,7 @@ impl ChatCall {
                 && let Some(kind) = params.fields.get("type")
                 && !matches!(&kind.kind, Some(prost_types::value::Kind::StringValue(s)) if s == "object")
             {
-                return Err(ModelError::invalid(format!("tools[{i}].parameters"), "must be a JSON Schema with \"type\": \"object\""));
+                return Err(ModelError::invalid(format!("tools[{i}].parameters"), OBJECT_SCHEMA));
             }
             if !tool.parameters_json.is_empty() {
                 if tool.parameters.is_some() {

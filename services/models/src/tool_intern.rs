@@ -40,9 +40,7 @@ impl From<ToolSpec> for CallTool {
     /// `parameters` is turned into the same text.
     fn from(tool: ToolSpec) -> Self {
         let parameters = if tool.parameters_json.is_empty() {
-            tool.parameters.as_ref().map(|p| {
-                serde_json::Value::Object(antler_kit::json::struct_to_map(p, antler_kit::json::Numbers::WholeAsInteger)).to_string()
-            })
+            tool.parameters.as_ref().map(|p| antler_kit::json::struct_to_json_text_as(p, antler_kit::json::Numbers::WholeAsInteger))
         } else {
             Some(tool.parameters_json)
         };

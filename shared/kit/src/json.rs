@@ -85,8 +85,14 @@ pub fn json_text_to_struct(text: &str) -> Struct {
 
 /// A Struct as JSON object text for storage, every number a float (the inverse of [`json_text_to_struct`]).
 pub fn struct_to_json_text(value: &Struct) -> String {
-    // Serialising a serde_json::Value with string keys cannot fail; "{}" keeps the column valid regardless.
-    serde_json::to_string(&struct_to_json(value)).unwrap_or_else(|_| "{}".to_owned())
+    struct_to_json_text_as(value, Numbers::Float)
+}
+
+/// A Struct as JSON object text with its numbers as `numbers` says (tool schemas and arguments:
+/// [`Numbers::WholeAsInteger`]).
+pub fn struct_to_json_text_as(value: &Struct, numbers: Numbers) -> String {
+    // Displaying a serde_json::Value cannot fail (string keys only).
+    serde_json::Value::Object(struct_to_map(value, numbers)).to_string()
 }
 
 #[cfg(test)]

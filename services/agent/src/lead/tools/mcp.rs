@@ -63,9 +63,7 @@ impl McpTool {
         let read_only = tool.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false);
         // As JSON text (see `spec_with_schema`), converted once per attempt rather than per model call.
         let parameters_json = match &tool.input_schema {
-            Some(schema) => {
-                serde_json::Value::Object(antler_kit::json::struct_to_map(schema, antler_kit::json::Numbers::WholeAsInteger)).to_string()
-            }
+            Some(schema) => antler_kit::json::struct_to_json_text_as(schema, antler_kit::json::Numbers::WholeAsInteger),
             None => r#"{"type":"object"}"#.to_owned(),
         };
         Self {
